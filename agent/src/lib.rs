@@ -1,0 +1,79 @@
+//! The node agent (the kubelet's job). Today it probes the runtime's host capabilities, reports the
+//! containers a previous run left behind, and serves its TLS endpoint (`/healthz`); registration,
+//! pod workers and the rest come with the control-plane and runtime issues.
+
+mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use server::serve;
+
+/// Agent settings (from the machine config once the node joins a control plane).
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The agent's TLS endpoint (the kubelet's port).
+    pub listen: SocketAddr,
+    /// Root of the cgroup v2 hierarchy.
+    pub cgroup_root: PathBuf,
+    /// The runtime's container state directory.
+    pub state_root: PathBuf,
+    /// Names the serving certificate is issued for.
+    pub server_names: Vec<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            state_root: PathBuf::from("/run/nodeos/containers"),
+            server_names: vec![hostname(), "localhost".into()],
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "node".into())
+}
+
+/// Errors that stop the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot create the serving certificate: {0}")]
+    Certificate(String),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, #[source] source: std::io::Error },
+}
+
+/// Runs the agent until it fails.
+pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    match runtime::probe::probe_host(&cfg.cgroup_root) {
+        Ok(p) => tracing::info!(unified = p.unified_cgroups, controllers = ?p.controllers, "cgroups"),
+        Err(e) => tracing::warn!(error = %e, "cannot probe cgroups"),
+    }
+    match runtime::probe::known_containers(&cfg.state_root) {
+        Ok(list) => tracing::info!(containers = list.len(), "runtime state"),
+        Err(e) => tracing::warn!(error = %e, "cannot read runtime state"),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(AgentError::Runtime)?;
+        tokio::select! {
+            r = serve(cfg) => r,
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: stopping");
+                Ok(())
+            }
+        }
+    })
+}

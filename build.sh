@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The one entry point: setup | build | image | run | test [SUITE] | bench [NAME]
+# Every command runs `setup` itself when something is missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+
+# Pinned inputs (overridable from the environment).
+KERNEL_VERSION="${KERNEL_VERSION:-$(cat "$ROOT/image/kernel.version")}"
+ARCHES_ALL="x86_64 aarch64"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+CACHE_DIR="${NODEOS_CACHE:-$CARGO_TARGET_DIR/cache}"
+OUT_DIR="${NODEOS_OUT:-$ROOT/out}"
+export CC_aarch64_unknown_linux_musl="${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}"
+export RUSTUP_AUTO_INSTALL=0
+
+say()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die()  { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
+step() { local t0=$SECONDS; say "$1"; shift; "$@"; say "done in $((SECONDS - t0)) s"; }
+
+deb_arch() { case "$1" in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) die "unknown arch '$1' (use x86_64, aarch64 or all)" ;; esac; }
+
+# ---------------------------------------------------------------------------------------------
+# setup: idempotent; installs host packages, rustup targets, and fetches the pinned kernels.
+# ---------------------------------------------------------------------------------------------
+APT_PKGS=(qemu-system-x86 qemu-system-arm ovmf qemu-efi-aarch64 systemd-boot-efi mtools dosfstools
+          gdisk qemu-utils gcc-aarch64-linux-gnu libc6-dev-arm64-cross musl-tools xz-utils
+          busybox-static etcd-server docker-registry skopeo)
+
+setup_needed() {
+  local p
+  for p in qemu-system-x86_64 qemu-system-aarch64 qemu-img aarch64-linux-gnu-gcc musl-gcc; do
+    command -v "$p" >/dev/null || return 0
+  done
+  [ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] && [ -f /usr/share/AAVMF/AAVMF_CODE.fd ] || return 0
+  [ -f /usr/lib/systemd/boot/efi/linuxx64.efi.stub ] || return 0
+  rustup target list --installed 2>/dev/null | grep -q aarch64-unknown-linux-musl || return 0
+  rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl || return 0
+  local a; for a in $ARCHES_ALL; do
+    [ -f "$CACHE_DIR/kernel/$KERNEL_VERSION/$(deb_arch "$a")/ok" ] || return 0
+    [ -f "$CACHE_DIR/stub/$(deb_arch "$a")/ok" ] || return 0
+  done
+  return 1
+}
+
+apt_backports() {
+  # qemu-system matching the machine's qemu-utils lives in bookworm-backports; reuse the mirror and
+  # keyring of the machine's own sources file (never hard-code a registry host).
+  local src=/etc/apt/sources.list.d/debian.sources
+  local dst=/etc/apt/sources.list.d/nodeos-backports.sources
+  [ -f "$dst" ] && return 0
+  [ -f "$src" ] || die "$src not found: cannot derive the Debian mirror for bookworm-backports"
+  local uri key
+  uri=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' "$src")
+  key=$(awk '/^Signed-By:/ {print $2; exit}' "$src")
+  [ -n "$uri" ] || die "no URIs: line in $src"
+  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: %s\n' "$uri" "$key" >"$dst"
+}
+
+cmd_setup() {
+  if ! setup_needed && [ "${1:-}" != "--force" ]; then return 0; fi
+  say "setup: host packages, rust targets, kernels"
+  apt_backports
+  dpkg --print-foreign-architectures | grep -q arm64 || dpkg --add-architecture arm64
+  local stamp=/var/lib/apt/periodic/nodeos-update
+  if [ ! -f "$stamp" ] || [ -n "$(find /etc/apt/sources.list.d -newer "$stamp")" ]; then
+    apt-get update -q || die "apt-get update failed"
+    mkdir -p "$(dirname $stamp)"; touch "$stamp"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t bookworm-backports qemu-system-x86 qemu-system-arm qemu-utils \
+    || die "installing qemu-system from bookworm-backports failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${APT_PKGS[@]}" || die "apt-get install failed"
+  rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl || die "rustup target add failed"
+  local a; for a in $ARCHES_ALL; do fetch_kernel "$a"; fetch_stub "$a"; done
+}
+
+# Fetch (apt-get download) and unpack the pinned Debian cloud kernel for one arch into the cache.
+fetch_kernel() {
+  local da; da=$(deb_arch "$1")
+  local dir="$CACHE_DIR/kernel/$KERNEL_VERSION/$da"
+  [ -f "$dir/ok" ] && return 0
+  say "kernel: fetching linux-image-$KERNEL_VERSION-cloud-$da"
+  rm -rf "$dir"; mkdir -p "$dir/deb"
+  local pkg="linux-image-$KERNEL_VERSION-cloud-$da"
+  [ "$da" = arm64 ] && pkg="$pkg:arm64"
+  ( cd "$dir/deb" && apt-get download "$pkg" ) \
+    || die "apt-get download $pkg failed (is the version in image/kernel.version still in the archive? override with KERNEL_VERSION=...)"
+  local deb; deb=$(ls "$dir"/deb/*.deb)
+  # Check the download against the archive's signed index (apt-cache show gives its SHA256).
+  local want got
+  want=$(apt-cache show "$pkg" 2>/dev/null | awk -v v="$(dpkg-deb -f "$deb" Version)" '/^Version:/ {ok = ($2 == v)} ok && /^SHA256:/ {print $2; exit}')
+  got=$(sha256sum "$deb" | awk '{print $1}')
+  [ -n "$want" ] || die "no SHA256 for $pkg in the apt index (run apt-get update)"
+  [ "$want" = "$got" ] || die "$deb: sha256 $got does not match the archive's $want"
+  dpkg-deb -x "$deb" "$dir/root" || die "cannot unpack $deb"
+  echo "$got" >"$dir/deb.sha256"
+  ls "$dir"/root/boot/vmlinuz-* >/dev/null 2>&1 || die "$deb has no /boot/vmlinuz-*"
+  touch "$dir/ok"
+}
+
+# The systemd EFI stub of the arch (the arm64 stub comes from the arm64 build of systemd-boot-efi).
+fetch_stub() {
+  local da; da=$(deb_arch "$1")
+  local dir="$CACHE_DIR/stub/$da"
+  [ -f "$dir/ok" ] && return 0
+  rm -rf "$dir"; mkdir -p "$dir"
+  ( cd "$dir" && apt-get download "systemd-boot-efi:$da" ) || die "apt-get download systemd-boot-efi:$da failed"
+  dpkg-deb -x "$dir"/*.deb "$dir/root"
+  touch "$dir/ok"
+}
+
+cmd_setup_if_needed() { if setup_needed; then cmd_setup; fi; }
+
+triple() { echo "$1-unknown-linux-musl"; }
+node_bin() { echo "$CARGO_TARGET_DIR/$(triple "$1")/release/nodeos"; }
+host_bin() { echo "$CARGO_TARGET_DIR/debug/$1"; }
+
+parse_arches() {
+  local a="${1:-all}"
+  case "$a" in all) echo "$ARCHES_ALL" ;; x86_64|aarch64) echo "$a" ;; *) die "unknown arch '$a' (x86_64, aarch64 or all)" ;; esac
+}
+
+# build [--arch A]: the static node binary per arch (release, size-tuned) and the host tools.
+cmd_build() {
+  local arches; arches=$(parse_arches "$(arg_arch "$@")")
+  cmd_setup_if_needed
+  local a
+  for a in $arches; do
+    step "build: node binary for $a ($(triple "$a"))" \
+      cargo build --release --locked --target "$(triple "$a")" -p init \
+      || die "building the $a node binary failed (see the cargo output above)"
+  done
+  step "build: host tools (image builder, VM harness)" cargo build --locked -p image -p qemu-tests \
+    || die "building the host tools failed"
+}
+
+stub_for() {
+  case "$1" in
+    x86_64) echo "$CACHE_DIR/stub/amd64/root/usr/lib/systemd/boot/efi/linuxx64.efi.stub" ;;
+    aarch64) echo "$CACHE_DIR/stub/arm64/root/usr/lib/systemd/boot/efi/linuxaa64.efi.stub" ;;
+  esac
+}
+
+# image [--arch A]: out/<arch>/{vmlinuz,initramfs.img,node.efi,disk.raw,disk.qcow2,SHA256SUMS}
+cmd_image() {
+  local arches; arches=$(parse_arches "$(arg_arch "$@")")
+  cmd_build "$@"
+  local a
+  for a in $arches; do
+    local da; da=$(deb_arch "$a")
+    step "image: $a" "$(host_bin nodeos-image)" build --arch "$a" \
+      --kernel-root "$CACHE_DIR/kernel/$KERNEL_VERSION/$da/root" --stub "$(stub_for "$a")" \
+      --node-bin "$(node_bin "$a")" --out "$OUT_DIR/$a" >"$OUT_DIR/$a.build.json" \
+      || die "building the $a image failed"
+    "$(host_bin nodeos-image)" floor --bin "$CARGO_TARGET_DIR/$(triple "$a")/release/floor" \
+      --out "$OUT_DIR/$a/floor-initramfs.img" || die "building the $a floor initramfs failed"
+    say "image: $a -> $OUT_DIR/$a ($(du -h "$OUT_DIR/$a/node.efi" | cut -f1) node.efi)"
+  done
+}
+
+arg_arch() {
+  while [ $# -gt 0 ]; do
+    case "$1" in --arch) echo "${2:-}"; return ;; --arch=*) echo "${1#--arch=}"; return ;; esac
+    shift
+  done
+  echo all
+}
+
+# run: build the x86_64 image (or --arch), boot it in QEMU and show the node ready.
+cmd_run() {
+  local arch; arch=$(arg_arch "$@"); [ "$arch" = all ] && arch=x86_64
+  mkdir -p "$OUT_DIR"
+  cmd_image --arch "$arch"
+  local extra=(); for x in "$@"; do case "$x" in --uefi|--stay) extra+=("$x") ;; esac; done
+  NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" run --arch "$arch" "${extra[@]}"
+}
+
+# test [unit|vm|all]
+cmd_test() {
+  local suite="${1:-all}"
+  cmd_setup_if_needed
+  case "$suite" in
+    unit|all|vm) ;;
+    *) die "unknown test suite '$suite' (unit, vm or all)" ;;
+  esac
+  if [ "$suite" = unit ] || [ "$suite" = all ]; then
+    step "test: unit tests (host)" cargo test --locked --workspace || die "unit tests failed"
+  fi
+  if [ "$suite" = vm ] || [ "$suite" = all ]; then
+    mkdir -p "$OUT_DIR"
+    cmd_image --arch all
+    export NODEOS_OUT="$OUT_DIR" NODEOS_KERNEL_CACHE="$CACHE_DIR/kernel/$KERNEL_VERSION" NODEOS_STUB_CACHE="$CACHE_DIR/stub"
+    step "test: VM tests (QEMU TCG, both arches)" \
+      cargo test --locked -p qemu-tests --test '*' -- --ignored --test-threads="${VM_TEST_THREADS:-2}" \
+      || die "VM tests failed (serial logs are kept under $CARGO_TARGET_DIR/qemu-tests/)"
+  fi
+}
+
+# bench [boot]
+cmd_bench() {
+  local name="${1:-boot}"
+  case "$name" in
+    boot)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_image --arch all
+      NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" bench-boot --runs "${BENCH_RUNS:-5}" --json "$OUT_DIR/bench/boot.json"
+      say "bench boot -> $OUT_DIR/bench/boot.json"
+      ;;
+    *) die "unknown benchmark '$name' (boot)" ;;
+  esac
+}
+
+main() {
+  local cmd="${1:-}"; shift || true
+  case "$cmd" in
+    setup) cmd_setup "$@" ;;
+    build) mkdir -p "$OUT_DIR"; cmd_build "$@" ;;
+    image) mkdir -p "$OUT_DIR"; cmd_image "$@" ;;
+    run)   cmd_run "$@" ;;
+    test)  cmd_test "$@" ;;
+    bench) cmd_bench "$@" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|vm|all]|bench [boot]" ;;
+  esac
+}
+main "$@"

@@ -1,0 +1,1 @@
+//! The Kubernetes-compatible control plane. Not yet written: see the control-plane issue.

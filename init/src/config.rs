@@ -1,0 +1,408 @@
+//! The machine config: a typed, versioned JSON document read from QEMU fw_cfg
+//! (`opt/nodeos/config`) and the kernel command line (`nodeos.config=<base64 JSON>`).
+//!
+//! Layering: built-in defaults, then the fw_cfg document, then the command-line document (JSON merge
+//! patch, RFC 7386, so the command line can override single fields). Unknown fields are rejected.
+//! The merged document is validated into [`MachineConfig`]; code past that point never re-checks it.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The only config version this build understands.
+pub const API_VERSION: &str = "nodeos/v1alpha1";
+/// Where QEMU's fw_cfg sysfs driver exposes `-fw_cfg name=opt/nodeos/config,...`.
+pub const FW_CFG_PATH: &str = "/sys/firmware/qemu_fw_cfg/by_name/opt/nodeos/config/raw";
+/// The kernel command-line key carrying a base64 (standard or URL-safe) JSON document.
+pub const CMDLINE_KEY: &str = "nodeos.config";
+/// Default grace period for children at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u32 = 10;
+
+/// Errors reading or validating the machine config. Each names where the bad input came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{source_name}: not valid base64: {reason}")]
+    Base64 { source_name: &'static str, reason: String },
+    #[error("{source_name}: not a JSON object: {reason}")]
+    Json { source_name: &'static str, reason: String },
+    #[error("{source_name}: cannot read: {reason}")]
+    Read { source_name: &'static str, reason: String },
+    #[error("{0}")]
+    Schema(String),
+    #[error("unsupported apiVersion {found:?} (this node understands {API_VERSION:?})")]
+    Version { found: String },
+    #[error("invalid field {field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+/// What init does once the node is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnReady {
+    /// Keep running the node's services (the normal case).
+    #[default]
+    Run,
+    /// Orderly poweroff right after `init: ready` (boot benchmarks, smoke tests).
+    Poweroff,
+    /// Orderly reboot right after `init: ready`.
+    Reboot,
+}
+
+/// The document as written by users (serde input).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MachineConfigDoc {
+    pub api_version: String,
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub log_level: Option<String>,
+    #[serde(default)]
+    pub network: NetworkConfigDoc,
+    #[serde(default)]
+    pub on_ready: OnReady,
+    #[serde(default)]
+    pub shutdown_grace_seconds: Option<u32>,
+    #[serde(default)]
+    pub debug: DebugConfigDoc,
+}
+
+/// Network section of the document.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NetworkConfigDoc {
+    /// Interfaces to configure; empty means DHCP on every ethernet interface found.
+    #[serde(default)]
+    pub interfaces: Vec<InterfaceConfigDoc>,
+    /// Nameservers written to /etc/resolv.conf (added to those DHCP offers).
+    #[serde(default)]
+    pub nameservers: Vec<String>,
+}
+
+/// One interface: DHCP, or static `address` (CIDR) with an optional `gateway`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InterfaceConfigDoc {
+    pub name: String,
+    #[serde(default)]
+    pub dhcp: bool,
+    #[serde(default)]
+    pub address: Option<String>,
+    #[serde(default)]
+    pub gateway: Option<String>,
+}
+
+/// Test and diagnostics switches. Off by default; never needed in production.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DebugConfigDoc {
+    /// Adds a supervised service that exits with status 1 after 200 ms, to exercise back-off.
+    #[serde(default)]
+    pub crash_service: bool,
+}
+
+/// The validated machine config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineConfig {
+    pub hostname: Option<String>,
+    pub log_level: String,
+    pub interfaces: Vec<InterfaceConfig>,
+    pub nameservers: Vec<Ipv4Addr>,
+    pub on_ready: OnReady,
+    pub shutdown_grace_seconds: u32,
+    pub crash_service: bool,
+}
+
+/// A validated interface setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterfaceConfig {
+    Dhcp { name: String },
+    Static { name: String, address: Ipv4Addr, prefix: u8, gateway: Option<Ipv4Addr> },
+}
+
+impl Default for MachineConfig {
+    /// The safe default: DHCP on every ethernet interface, derived hostname, services running.
+    fn default() -> Self {
+        Self {
+            hostname: None,
+            log_level: "info".into(),
+            interfaces: Vec::new(),
+            nameservers: Vec::new(),
+            on_ready: OnReady::Run,
+            shutdown_grace_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
+            crash_service: false,
+        }
+    }
+}
+
+/// Extracts `nodeos.config=` from a kernel command line.
+pub fn cmdline_value(cmdline: &str) -> Option<&str> {
+    cmdline.split_ascii_whitespace().find_map(|tok| tok.strip_prefix(CMDLINE_KEY)?.strip_prefix('='))
+}
+
+fn decode_b64(source_name: &'static str, text: &str) -> Result<Vec<u8>, ConfigError> {
+    let text = text.trim();
+    let std = base64::engine::general_purpose::STANDARD;
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    std.decode(text)
+        .or_else(|_| url.decode(text.trim_end_matches('=')))
+        .map_err(|e| ConfigError::Base64 { source_name, reason: e.to_string() })
+}
+
+fn parse_object(source_name: &'static str, bytes: &[u8]) -> Result<Value, ConfigError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| ConfigError::Json { source_name, reason: e.to_string() })?;
+    if !value.is_object() {
+        return Err(ConfigError::Json { source_name, reason: "the document must be a JSON object".into() });
+    }
+    Ok(value)
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: Value) {
+    match patch {
+        Value::Object(map) => {
+            if !target.is_object() {
+                *target = Value::Object(serde_json::Map::new());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in map {
+                    if v.is_null() {
+                        t.remove(&k);
+                    } else {
+                        merge_patch(t.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other,
+    }
+}
+
+/// Reads both sources. `fw_cfg` is the raw fw_cfg file (if QEMU provided one), `cmdline` the
+/// kernel command line. Returns `Ok(None)` when neither source has a document.
+pub fn load(fw_cfg: Option<&[u8]>, cmdline: &str) -> Result<Option<MachineConfig>, ConfigError> {
+    let mut merged: Option<Value> = None;
+    if let Some(raw) = fw_cfg {
+        merged = Some(parse_object("fw_cfg opt/nodeos/config", raw)?);
+    }
+    if let Some(b64) = cmdline_value(cmdline) {
+        let bytes = decode_b64("kernel command line nodeos.config", b64)?;
+        let patch = parse_object("kernel command line nodeos.config", &bytes)?;
+        match merged.as_mut() {
+            Some(m) => merge_patch(m, patch),
+            None => merged = Some(patch),
+        }
+    }
+    merged.map(validate_value).transpose()
+}
+
+/// Reads the fw_cfg file if the firmware exposes one.
+pub fn read_fw_cfg(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::Read { source_name: "fw_cfg opt/nodeos/config", reason: e.to_string() }),
+    }
+}
+
+fn validate_value(value: Value) -> Result<MachineConfig, ConfigError> {
+    if let Some(v) = value.get("apiVersion") {
+        if v.as_str() != Some(API_VERSION) {
+            return Err(ConfigError::Version { found: v.to_string().trim_matches('"').to_string() });
+        }
+    }
+    let doc: MachineConfigDoc = serde_json::from_value(value).map_err(|e| ConfigError::Schema(e.to_string()))?;
+    validate(doc)
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), reason: reason.into() }
+}
+
+/// An RFC 1123 hostname: labels of [a-z0-9-], not starting or ending with '-', 63 chars each, 253 total.
+pub fn is_valid_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+fn parse_cidr(field: &str, text: &str) -> Result<(Ipv4Addr, u8), ConfigError> {
+    let (addr, prefix) = text.split_once('/').ok_or_else(|| invalid(field, "expected ADDRESS/PREFIX"))?;
+    let addr: Ipv4Addr = addr.parse().map_err(|_| invalid(field, format!("{addr:?} is not an IPv4 address")))?;
+    let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32).ok_or_else(|| invalid(field, "prefix must be 0-32"))?;
+    Ok((addr, prefix))
+}
+
+fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
+    if doc.api_version != API_VERSION {
+        return Err(ConfigError::Version { found: doc.api_version });
+    }
+    if let Some(h) = &doc.hostname {
+        if !is_valid_hostname(h) {
+            return Err(invalid("hostname", format!("{h:?} is not a lowercase RFC 1123 hostname")));
+        }
+    }
+    let log_level = doc.log_level.unwrap_or_else(|| "info".into());
+    if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+        return Err(invalid("logLevel", "must be one of error, warn, info, debug, trace"));
+    }
+    let mut interfaces = Vec::new();
+    for (i, itf) in doc.network.interfaces.into_iter().enumerate() {
+        let base = format!("network.interfaces[{i}]");
+        if itf.name.is_empty() || itf.name.len() >= 16 || itf.name.contains('/') {
+            return Err(invalid(format!("{base}.name"), "must be a Linux interface name (1-15 chars)"));
+        }
+        match (itf.dhcp, itf.address) {
+            (true, Some(_)) => return Err(invalid(base, "set either dhcp or address, not both")),
+            (true, None) => {
+                if itf.gateway.is_some() {
+                    return Err(invalid(format!("{base}.gateway"), "only valid with a static address"));
+                }
+                interfaces.push(InterfaceConfig::Dhcp { name: itf.name })
+            }
+            (false, None) => return Err(invalid(base, "set dhcp: true or an address")),
+            (false, Some(cidr)) => {
+                let (address, prefix) = parse_cidr(&format!("{base}.address"), &cidr)?;
+                let gateway = match itf.gateway {
+                    None => None,
+                    Some(g) => Some(g.parse().map_err(|_| {
+                        invalid(format!("{base}.gateway"), format!("{g:?} is not an IPv4 address"))
+                    })?),
+                };
+                interfaces.push(InterfaceConfig::Static { name: itf.name, address, prefix, gateway });
+            }
+        }
+    }
+    let mut nameservers = Vec::new();
+    for (i, ns) in doc.network.nameservers.iter().enumerate() {
+        nameservers.push(
+            ns.parse()
+                .map_err(|_| invalid(format!("network.nameservers[{i}]"), format!("{ns:?} is not an IPv4 address")))?,
+        );
+    }
+    let grace = doc.shutdown_grace_seconds.unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECONDS);
+    if !(1..=600).contains(&grace) {
+        return Err(invalid("shutdownGraceSeconds", "must be between 1 and 600"));
+    }
+    Ok(MachineConfig {
+        hostname: doc.hostname,
+        log_level,
+        interfaces,
+        nameservers,
+        on_ready: doc.on_ready,
+        shutdown_grace_seconds: grace,
+        crash_service: doc.debug.crash_service,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn no_sources_gives_none() {
+        assert_eq!(load(None, "console=ttyS0 quiet").ok().flatten(), None);
+    }
+
+    #[test]
+    fn fw_cfg_document_is_validated() {
+        let doc = br#"{"apiVersion":"nodeos/v1alpha1","hostname":"node-a",
+            "network":{"interfaces":[{"name":"eth0","address":"10.0.2.15/24","gateway":"10.0.2.2"}],"nameservers":["10.0.2.3"]},
+            "onReady":"poweroff","shutdownGraceSeconds":3}"#;
+        let cfg = load(Some(doc), "").expect("valid").expect("present");
+        assert_eq!(cfg.hostname.as_deref(), Some("node-a"));
+        assert_eq!(cfg.on_ready, OnReady::Poweroff);
+        assert_eq!(cfg.shutdown_grace_seconds, 3);
+        assert_eq!(
+            cfg.interfaces,
+            vec![InterfaceConfig::Static {
+                name: "eth0".into(),
+                address: Ipv4Addr::new(10, 0, 2, 15),
+                prefix: 24,
+                gateway: Some(Ipv4Addr::new(10, 0, 2, 2))
+            }]
+        );
+        assert_eq!(cfg.nameservers, vec![Ipv4Addr::new(10, 0, 2, 3)]);
+    }
+
+    #[test]
+    fn cmdline_overrides_fw_cfg_fields() {
+        let fw = br#"{"apiVersion":"nodeos/v1alpha1","hostname":"from-fwcfg","logLevel":"debug"}"#;
+        let cmdline = format!("quiet nodeos.config={} panic=-1", b64(r#"{"hostname":"from-cmdline"}"#));
+        let cfg = load(Some(fw), &cmdline).expect("valid").expect("present");
+        assert_eq!(cfg.hostname.as_deref(), Some("from-cmdline"));
+        assert_eq!(cfg.log_level, "debug");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_with_its_name() {
+        let err = load(Some(br#"{"apiVersion":"nodeos/v1alpha1","hostnme":"x"}"#), "").expect_err("must fail");
+        assert!(err.to_string().contains("unknown field `hostnme`"), "{err}");
+    }
+
+    #[test]
+    fn wrong_version_is_rejected() {
+        let err = load(Some(br#"{"apiVersion":"nodeos/v9","hostname":"x"}"#), "").expect_err("must fail");
+        assert!(err.to_string().contains("unsupported apiVersion \"nodeos/v9\""), "{err}");
+    }
+
+    #[test]
+    fn missing_version_is_rejected() {
+        let err = load(Some(br#"{"hostname":"x"}"#), "").expect_err("must fail");
+        assert!(err.to_string().contains("missing field `apiVersion`"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let cases: &[(&str, &str)] = &[
+            (r#"{"apiVersion":"nodeos/v1alpha1","hostname":"Bad_Host"}"#, "invalid field hostname"),
+            (
+                r#"{"apiVersion":"nodeos/v1alpha1","network":{"interfaces":[{"name":"eth0","address":"10.0.0.1/40"}]}}"#,
+                "invalid field network.interfaces[0].address",
+            ),
+            (
+                r#"{"apiVersion":"nodeos/v1alpha1","network":{"interfaces":[{"name":"eth0"}]}}"#,
+                "invalid field network.interfaces[0]: set dhcp",
+            ),
+            (r#"{"apiVersion":"nodeos/v1alpha1","shutdownGraceSeconds":0}"#, "invalid field shutdownGraceSeconds"),
+            (r#"{"apiVersion":"nodeos/v1alpha1","onReady":"explode"}"#, "unknown variant `explode`"),
+        ];
+        for (doc, want) in cases {
+            let err = load(Some(doc.as_bytes()), "").expect_err(doc);
+            assert!(err.to_string().contains(want), "{doc}: {err}");
+        }
+    }
+
+    #[test]
+    fn malformed_sources_are_named() {
+        let err = load(Some(b"{not json"), "").expect_err("must fail");
+        assert!(err.to_string().starts_with("fw_cfg opt/nodeos/config: not a JSON object"), "{err}");
+        let err = load(None, "nodeos.config=!!!").expect_err("must fail");
+        assert!(err.to_string().starts_with("kernel command line nodeos.config: not valid base64"), "{err}");
+        let err = load(Some(b"[1,2]"), "").expect_err("must fail");
+        assert!(err.to_string().contains("must be a JSON object"), "{err}");
+    }
+
+    #[test]
+    fn hostname_rules() {
+        assert!(is_valid_hostname("node-1.example"));
+        assert!(!is_valid_hostname("-node"));
+        assert!(!is_valid_hostname("Node"));
+        assert!(!is_valid_hostname(&"a".repeat(64)));
+        assert!(!is_valid_hostname(""));
+    }
+}

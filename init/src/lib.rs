@@ -1,0 +1,143 @@
+//! PID 1 of the node OS and the entry of every role of the node binary.
+//!
+//! Boot order (each step logged to the console and /dev/kmsg): early mounts, kernel modules, the
+//! move off the initramfs, cgroup2, machine config, hostname, network, then supervision of the
+//! node's services until a shutdown request, then an orderly poweroff or reboot.
+
+pub mod config;
+pub mod dhcp;
+pub mod log;
+pub mod mounts;
+pub mod modules;
+pub mod network;
+pub mod supervisor;
+pub mod sys;
+
+use std::path::Path;
+use std::time::Duration;
+
+use config::{MachineConfig, OnReady};
+use supervisor::{ServiceSpec, Shutdown, Supervisor};
+
+/// Where the node binary lives on the running root (copied there from the initramfs).
+pub const NODE_BIN: &str = "/init";
+
+/// Runs PID 1. Never returns: the machine powers off or reboots at the end.
+pub fn run_pid1() -> ! {
+    // First of all, before any thread exists: PID 1's signals go to its signalfd only.
+    let masked = supervisor::block_handled_signals();
+    log::install("init", "info");
+    if let Err(e) = masked {
+        tracing::error!(error = %e, "cannot block signals");
+    }
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), boot_ms = sys::boot_ms(), "starting");
+    let action = match std::panic::catch_unwind(boot_and_supervise) {
+        Ok(action) => action,
+        Err(_) => {
+            tracing::error!("init panicked; powering off to avoid a kernel panic");
+            Shutdown::Poweroff
+        }
+    };
+    finish(action)
+}
+
+fn boot_and_supervise() -> Shutdown {
+    if let Err(e) = mounts::mount_early() {
+        // Without /proc and /sys nothing else works; say why and halt.
+        tracing::error!(error = %e, "early mounts failed; halting");
+        return Shutdown::Poweroff;
+    }
+    // Ctrl-alt-del becomes SIGINT to PID 1 instead of an immediate reboot.
+    if let Err(e) = nix::sys::reboot::set_cad_enabled(false) {
+        tracing::warn!(error = %e, "cannot take over ctrl-alt-del");
+    }
+    let (report, _background) = modules::load(Path::new(modules::LOAD_LIST));
+    tracing::info!(loaded = report.loaded, builtin_or_loaded = report.already, failed = report.failed,
+        ms = report.millis as u64, "modules");
+    if mounts::root_is_initramfs() {
+        match mounts::switch_to_tmpfs(&["init", "etc"]) {
+            Ok(()) => tracing::info!(boot_ms = sys::boot_ms(), "root moved to tmpfs"),
+            Err(e) => tracing::error!(error = %e, "cannot move root to tmpfs; containers will not be able to pivot_root"),
+        }
+    }
+    match mounts::mount_cgroup2() {
+        Ok(ctl) => tracing::info!(subtree_control = %ctl, "cgroup2 mounted"),
+        Err(e) => tracing::error!(error = %e, "cgroup2 setup failed"),
+    }
+    let cfg = load_config();
+    let configured = network::configure(&cfg);
+    let hostname = network::choose_hostname(&cfg, &configured);
+    match nix::unistd::sethostname(&hostname) {
+        Ok(()) => tracing::info!(hostname = %hostname, "hostname set"),
+        Err(e) => tracing::warn!(hostname = %hostname, error = %e, "cannot set hostname"),
+    }
+    let _ = std::fs::write("/etc/hostname", format!("{hostname}\n"));
+    let _ = std::fs::write("/etc/hosts", format!("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {hostname}\n"));
+
+    let mut sup = match Supervisor::new() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the supervisor; halting");
+            return Shutdown::Poweroff;
+        }
+    };
+    let program = if Path::new(NODE_BIN).exists() { NODE_BIN.to_string() } else { "/proc/self/exe".to_string() };
+    sup.add(ServiceSpec { name: "agent".into(), program: program.clone(), args: vec!["agent".into()] });
+    if cfg.crash_service {
+        sup.add(ServiceSpec { name: "crashtest".into(), program, args: vec!["crashtest".into()] });
+    }
+    tracing::info!(boot_ms = sys::boot_ms(), power_buttons = sup.power_buttons(), "ready");
+    let immediate = match cfg.on_ready {
+        OnReady::Run => None,
+        OnReady::Poweroff => Some(Shutdown::Poweroff),
+        OnReady::Reboot => Some(Shutdown::Reboot),
+    };
+    let action = sup.run(immediate);
+    tracing::info!(action = ?action, grace_s = cfg.shutdown_grace_seconds, "stopping services");
+    sup.stop_all(Duration::from_secs(u64::from(cfg.shutdown_grace_seconds)));
+    action
+}
+
+/// Reads the machine config; a bad config is reported and the safe default is used.
+fn load_config() -> MachineConfig {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let fw_cfg = match config::read_fw_cfg(Path::new(config::FW_CFG_PATH)) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(error = %e, "machine config unreadable; using safe defaults");
+            return MachineConfig::default();
+        }
+    };
+    match config::load(fw_cfg.as_deref(), &cmdline) {
+        Ok(Some(cfg)) => {
+            tracing::info!(hostname = ?cfg.hostname, interfaces = cfg.interfaces.len(), on_ready = ?cfg.on_ready,
+                "machine config loaded");
+            cfg
+        }
+        Ok(None) => {
+            tracing::info!("no machine config; using defaults (DHCP on every interface)");
+            MachineConfig::default()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "machine config rejected; using safe defaults (DHCP on every interface)");
+            MachineConfig::default()
+        }
+    }
+}
+
+/// sync, unmount, sync, reboot(2). Never returns.
+fn finish(action: Shutdown) -> ! {
+    nix::unistd::sync();
+    let n = mounts::unmount_all();
+    nix::unistd::sync();
+    tracing::info!(action = ?action, unmounted = n, "going down");
+    let cmd = match action {
+        Shutdown::Poweroff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
+        Shutdown::Reboot => nix::sys::reboot::RebootMode::RB_AUTOBOOT,
+    };
+    loop {
+        let err = nix::sys::reboot::reboot(cmd);
+        tracing::error!(error = ?err, "reboot(2) failed; retrying");
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,41 @@
+//! The node binary. Its role comes from argv[0] (`init`, or PID 1) or the first argument:
+//! `agent`, `pause`, `crashtest`, `version`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args();
+    let argv0 = args.next().unwrap_or_default();
+    let role = args.next();
+    // PID 1 has no role argument (the kernel runs `/init`); a pause process that is PID 1 of a
+    // pod's pid namespace is started with its role, so it never takes this path.
+    if role.is_none() && (std::process::id() == 1 || argv0.rsplit('/').next() == Some("init")) {
+        init::run_pid1();
+    }
+    match role.as_deref() {
+        Some("agent") => {
+            init::log::install("agent", "info");
+            match agent::run(agent::AgentConfig::default()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "agent failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some("pause") => runtime::pause::run(),
+        Some("crashtest") => {
+            // Supervision test service (machine config debug.crashService): crash after 200 ms.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            ExitCode::FAILURE
+        }
+        Some("version") => {
+            println!("nodeos {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("usage: nodeos agent|pause|version (got {other:?}); as /init it is PID 1");
+            ExitCode::from(2)
+        }
+    }
+}

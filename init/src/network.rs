@@ -1,0 +1,157 @@
+//! Host networking at boot: loopback, then each configured interface by DHCP or static address,
+//! a default route, and /etc/resolv.conf.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{InterfaceConfig, MachineConfig};
+use crate::{dhcp, sys};
+
+/// The outcome for one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configured {
+    pub name: String,
+    pub address: Ipv4Addr,
+    pub prefix: u8,
+    pub gateway: Option<Ipv4Addr>,
+    pub dns: Vec<Ipv4Addr>,
+    pub dhcp_hostname: Option<String>,
+}
+
+/// Ethernet-like interfaces the kernel created (everything in /sys/class/net with a device).
+pub fn physical_interfaces(sys_class_net: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(sys_class_net)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join("device").exists())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Brings up loopback and configures the interfaces; failures are logged per interface and the
+/// node carries on with what worked.
+pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
+    if let Err(e) = sys::link_up("lo") {
+        tracing::warn!(error = %e, "loopback up failed");
+    }
+    let plan: Vec<InterfaceConfig> = if cfg.interfaces.is_empty() {
+        physical_interfaces(Path::new("/sys/class/net")).into_iter().map(|name| InterfaceConfig::Dhcp { name }).collect()
+    } else {
+        cfg.interfaces.clone()
+    };
+    let mut done = Vec::new();
+    for itf in plan {
+        match configure_one(&itf) {
+            Ok(c) => {
+                tracing::info!(interface = %c.name, address = %format!("{}/{}", c.address, c.prefix),
+                    gateway = ?c.gateway, "network up");
+                done.push(c);
+            }
+            Err(e) => {
+                let name = match &itf {
+                    InterfaceConfig::Dhcp { name } | InterfaceConfig::Static { name, .. } => name,
+                };
+                tracing::warn!(interface = %name, error = %e, "interface not configured");
+            }
+        }
+    }
+    let mut dns: Vec<Ipv4Addr> = cfg.nameservers.clone();
+    for c in &done {
+        for d in &c.dns {
+            if !dns.contains(d) {
+                dns.push(*d);
+            }
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all("/etc").and_then(|()| std::fs::write("/etc/resolv.conf", resolv_conf(&dns))) {
+        tracing::warn!(error = %e, "cannot write /etc/resolv.conf");
+    }
+    done
+}
+
+fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
+    match itf {
+        InterfaceConfig::Static { name, address, prefix, gateway } => {
+            sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
+            sys::set_ipv4(name, *address, *prefix).map_err(|e| format!("set address: {e}"))?;
+            if let Some(gw) = gateway {
+                sys::add_default_route(name, *gw).map_err(|e| format!("default route: {e}"))?;
+            }
+            Ok(Configured {
+                name: name.clone(),
+                address: *address,
+                prefix: *prefix,
+                gateway: *gateway,
+                dns: Vec::new(),
+                dhcp_hostname: None,
+            })
+        }
+        InterfaceConfig::Dhcp { name } => {
+            sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
+            let mac = sys::hw_addr(name).map_err(|e| format!("hardware address: {e}"))?;
+            let lease = dhcp::acquire(name, mac, 4, Duration::from_millis(1500)).map_err(|e| format!("dhcp: {e}"))?;
+            sys::set_ipv4(name, lease.address, lease.prefix).map_err(|e| format!("set address: {e}"))?;
+            if let Some(gw) = lease.router {
+                sys::add_default_route(name, gw).map_err(|e| format!("default route: {e}"))?;
+            }
+            Ok(Configured {
+                name: name.clone(),
+                address: lease.address,
+                prefix: lease.prefix,
+                gateway: lease.router,
+                dns: lease.dns,
+                dhcp_hostname: lease.hostname,
+            })
+        }
+    }
+}
+
+/// /etc/resolv.conf for the host (pods get their own from the agent).
+pub fn resolv_conf(dns: &[Ipv4Addr]) -> String {
+    let mut s = String::from("# written by nodeos init\n");
+    for d in dns.iter().take(3) {
+        s.push_str(&format!("nameserver {d}\n"));
+    }
+    s
+}
+
+/// The hostname: the config's, else the DHCP server's, else `node-` and the first MAC's last 3 bytes.
+pub fn choose_hostname(cfg: &MachineConfig, configured: &[Configured]) -> String {
+    if let Some(h) = &cfg.hostname {
+        return h.clone();
+    }
+    if let Some(h) = configured.iter().find_map(|c| c.dhcp_hostname.clone()) {
+        if crate::config::is_valid_hostname(&h) {
+            return h;
+        }
+    }
+    let mac = physical_interfaces(Path::new("/sys/class/net")).first().and_then(|n| sys::hw_addr(n).ok());
+    match mac {
+        Some(m) => format!("node-{:02x}{:02x}{:02x}", m[3], m[4], m[5]),
+        None => "node".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf_lists_at_most_three() {
+        let dns: Vec<Ipv4Addr> = (1..=4).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect();
+        let text = resolv_conf(&dns);
+        assert_eq!(text.matches("nameserver").count(), 3);
+        assert!(text.contains("nameserver 10.0.0.1\n"));
+    }
+
+    #[test]
+    fn configured_hostname_wins() {
+        let cfg = MachineConfig { hostname: Some("n1".into()), ..MachineConfig::default() };
+        assert_eq!(choose_hostname(&cfg, &[]), "n1");
+    }
+}

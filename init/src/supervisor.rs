@@ -1,0 +1,452 @@
+//! PID 1's main loop: supervises the node's services with exponential back-off, reaps every
+//! zombie, and turns shutdown requests (ctrl-alt-del, ACPI/GPIO power button, signals, the machine
+//! config) into an orderly poweroff or reboot.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// First restart delay after a crash.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Restart delays double up to this cap.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A service that ran this long before exiting starts over at [`BACKOFF_INITIAL`].
+pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(10);
+
+/// Linux input event code of the power key, and the key event type.
+const KEY_POWER: u16 = 116;
+const EV_KEY: u16 = 1;
+
+/// How the machine should go down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    Poweroff,
+    Reboot,
+}
+
+impl Shutdown {
+    fn name(self) -> &'static str {
+        match self {
+            Shutdown::Poweroff => "poweroff",
+            Shutdown::Reboot => "reboot",
+        }
+    }
+}
+
+/// A service: the node binary run with `args`.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    pub name: String,
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+#[derive(Debug)]
+enum ServiceState {
+    Running { pid: Pid, since: Instant },
+    Waiting { until: Instant },
+}
+
+#[derive(Debug)]
+struct Service {
+    spec: ServiceSpec,
+    state: ServiceState,
+    backoff: Backoff,
+    restarts: u32,
+}
+
+/// Exponential back-off: initial, doubling, capped, reset after a long enough run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { next: BACKOFF_INITIAL }
+    }
+}
+
+impl Backoff {
+    /// The delay before the next restart, given how long the service ran; advances the state.
+    pub fn on_exit(&mut self, ran: Duration) -> Duration {
+        if ran >= BACKOFF_RESET_AFTER {
+            self.next = BACKOFF_INITIAL;
+        }
+        let delay = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        delay
+    }
+}
+
+/// Describes a wait status the way the console shows it.
+pub fn describe(status: WaitStatus) -> String {
+    match status {
+        WaitStatus::Exited(_, code) => format!("status={code}"),
+        WaitStatus::Signaled(_, sig, core) => format!("signal={sig}{}", if core { " core=true" } else { "" }),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The supervisor and its event sources.
+#[derive(Debug)]
+pub struct Supervisor {
+    services: Vec<Service>,
+    signals: SignalFd,
+    inputs: Vec<File>,
+}
+
+/// Errors that stop supervision from starting at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("cannot block signals: {0}")]
+    Mask(nix::Error),
+    #[error("cannot create signalfd: {0}")]
+    SignalFd(nix::Error),
+}
+
+/// Blocks the signals PID 1 handles in the calling thread; threads created afterwards inherit
+/// the mask. Must run before PID 1 starts any thread: a thread with SIGINT unblocked would take
+/// the kernel's ctrl-alt-del SIGINT, whose default action kills init (a kernel panic; seen).
+pub fn block_handled_signals() -> Result<(), SupervisorError> {
+    handled_signals().thread_block().map_err(SupervisorError::Mask)
+}
+
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGCHLD, Signal::SIGINT, Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPWR] {
+        set.add(s);
+    }
+    set
+}
+
+impl Supervisor {
+    /// Takes the handled signals through a signalfd (children get a clean mask from `Command`),
+    /// opens the input devices that can carry a power-button press, and starts no service yet.
+    pub fn new() -> Result<Self, SupervisorError> {
+        let set = handled_signals();
+        block_handled_signals()?;
+        let signals =
+            SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).map_err(SupervisorError::SignalFd)?;
+        Ok(Self { services: Vec::new(), signals, inputs: open_power_buttons() })
+    }
+
+    /// Adds and starts a service.
+    pub fn add(&mut self, spec: ServiceSpec) {
+        let mut svc = Service {
+            spec,
+            state: ServiceState::Waiting { until: Instant::now() },
+            backoff: Backoff::default(),
+            restarts: 0,
+        };
+        start(&mut svc);
+        self.services.push(svc);
+    }
+
+    /// Number of power-button input devices being watched.
+    pub fn power_buttons(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Runs until a shutdown is requested; returns which one. `immediate` requests one at once
+    /// (the machine config's `onReady`).
+    pub fn run(&mut self, immediate: Option<Shutdown>) -> Shutdown {
+        if let Some(s) = immediate {
+            tracing::info!(action = s.name(), "shutdown requested by machine config onReady");
+            return s;
+        }
+        loop {
+            let now = Instant::now();
+            for svc in &mut self.services {
+                if let ServiceState::Waiting { until } = svc.state {
+                    if until <= now {
+                        start(svc);
+                    }
+                }
+            }
+            let next_wake = self
+                .services
+                .iter()
+                .filter_map(|s| match s.state {
+                    ServiceState::Waiting { until } => Some(until.saturating_duration_since(now)),
+                    ServiceState::Running { .. } => None,
+                })
+                .min();
+            let timeout = match next_wake {
+                Some(d) => PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX),
+                None => PollTimeout::NONE,
+            };
+            let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            fds.extend(self.inputs.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)));
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "poll failed");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            let ready: Vec<bool> =
+                fds.iter().map(|f| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN))).collect();
+            drop(fds);
+            if ready.first() == Some(&true) {
+                if let Some(s) = self.drain_signals() {
+                    return s;
+                }
+            }
+            for (i, is_ready) in ready.iter().enumerate().skip(1) {
+                if *is_ready && power_key_pressed(&mut self.inputs[i - 1]) {
+                    tracing::info!("power button pressed");
+                    return Shutdown::Poweroff;
+                }
+            }
+        }
+    }
+
+    fn drain_signals(&mut self) -> Option<Shutdown> {
+        let mut request = None;
+        while let Ok(Some(info)) = self.signals.read_signal() {
+            let sig = Signal::try_from(info.ssi_signo as i32).ok();
+            match sig {
+                Some(Signal::SIGCHLD) => self.reap(),
+                Some(Signal::SIGINT) => {
+                    tracing::info!("ctrl-alt-del");
+                    request = Some(Shutdown::Reboot);
+                }
+                Some(Signal::SIGTERM) => {
+                    tracing::info!("SIGTERM: reboot requested");
+                    request = Some(Shutdown::Reboot);
+                }
+                Some(Signal::SIGUSR1 | Signal::SIGUSR2 | Signal::SIGPWR) => {
+                    tracing::info!(signal = ?sig, "poweroff requested");
+                    request = Some(Shutdown::Poweroff);
+                }
+                _ => {}
+            }
+        }
+        // Children may exit between reads: reap once more whatever the signals said.
+        self.reap();
+        request
+    }
+
+    /// Reaps every exited child; schedules restarts of services.
+    fn reap(&mut self) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => {
+                    let Some(pid) = status.pid() else { continue };
+                    self.on_child_exit(pid, status);
+                }
+            }
+        }
+    }
+
+    fn on_child_exit(&mut self, pid: Pid, status: WaitStatus) {
+        let Some(svc) =
+            self.services.iter_mut().find(|s| matches!(s.state, ServiceState::Running { pid: p, .. } if p == pid))
+        else {
+            tracing::debug!(pid = pid.as_raw(), status = %describe(status), "reaped orphan");
+            return;
+        };
+        let ran = match svc.state {
+            ServiceState::Running { since, .. } => since.elapsed(),
+            ServiceState::Waiting { .. } => Duration::ZERO,
+        };
+        let delay = svc.backoff.on_exit(ran);
+        svc.restarts += 1;
+        tracing::warn!(service = %svc.spec.name, status = %describe(status), ran_ms = ran.as_millis() as u64,
+            restarts = svc.restarts, restart_in_ms = delay.as_millis() as u64, "service exited");
+        svc.state = ServiceState::Waiting { until: Instant::now() + delay };
+    }
+
+    /// Orderly stop: SIGTERM to every service, wait up to `grace`, then SIGKILL everything left.
+    pub fn stop_all(&mut self, grace: Duration) {
+        for svc in &self.services {
+            if let ServiceState::Running { pid, .. } = svc.state {
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && self.any_running() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::try_from(left.as_millis().min(1000) as i32).unwrap_or(PollTimeout::MAX));
+            while let Ok(Some(_)) = self.signals.read_signal() {}
+            self.reap_stopping();
+        }
+        let left: Vec<&str> = self
+            .services
+            .iter()
+            .filter(|s| matches!(s.state, ServiceState::Running { .. }))
+            .map(|s| s.spec.name.as_str())
+            .collect();
+        if !left.is_empty() {
+            tracing::warn!(services = ?left, grace_ms = grace.as_millis() as u64, "grace period over; killing");
+        }
+        // Everything but PID 1 itself.
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(2) {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Err(Errno::ECHILD) => break,
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+                _ => {}
+            }
+        }
+    }
+
+    fn any_running(&self) -> bool {
+        self.services.iter().any(|s| matches!(s.state, ServiceState::Running { .. }))
+    }
+
+    fn reap_stopping(&mut self) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => {
+                    let Some(pid) = status.pid() else { continue };
+                    for svc in &mut self.services {
+                        if matches!(svc.state, ServiceState::Running { pid: p, .. } if p == pid) {
+                            tracing::info!(service = %svc.spec.name, status = %describe(status), "service stopped");
+                            svc.state = ServiceState::Waiting { until: Instant::now() + BACKOFF_MAX };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// PID 1 blocks the signals it handles; a child would inherit that mask through fork and exec
+/// (seen: the agent ignored SIGTERM), so the child clears it before exec.
+fn command(spec: &ServiceSpec) -> Command {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args);
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // pthread_sigmask (through nix), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| SigSet::empty().thread_set_mask().map_err(std::io::Error::from));
+    }
+    cmd
+}
+
+fn start(svc: &mut Service) {
+    match command(&svc.spec).spawn() {
+        Ok(child) => {
+            let pid = Pid::from_raw(child.id() as i32);
+            tracing::info!(service = %svc.spec.name, pid = pid.as_raw(), "service started");
+            // The child is reaped by the supervisor's waitpid(-1), never through `Child`.
+            drop(child);
+            svc.state = ServiceState::Running { pid, since: Instant::now() };
+        }
+        Err(e) => {
+            let delay = svc.backoff.on_exit(Duration::ZERO);
+            tracing::error!(service = %svc.spec.name, error = %e, restart_in_ms = delay.as_millis() as u64,
+                "service failed to start");
+            svc.state = ServiceState::Waiting { until: Instant::now() + delay };
+        }
+    }
+}
+
+/// Opens the input devices that report a power key (ACPI power button on x86, gpio-keys on arm64).
+fn open_power_buttons() -> Vec<File> {
+    let Ok(rd) = std::fs::read_dir("/sys/class/input") else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("event") {
+            continue;
+        }
+        // capabilities/key is a hex bitmap, most significant word first; bit 116 is KEY_POWER.
+        let caps = std::fs::read_to_string(e.path().join("device/capabilities/key")).unwrap_or_default();
+        if !has_key(&caps, KEY_POWER) {
+            continue;
+        }
+        let path = format!("/dev/input/{name}");
+        match std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(&path) {
+            Ok(f) => out.push(f),
+            Err(e) => tracing::warn!(device = %path, error = %e, "cannot open power button"),
+        }
+    }
+    out
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+    }
+}
+
+/// Whether a sysfs key-capability bitmap (space-separated hex words, most significant first)
+/// has `code` set.
+pub fn has_key(caps: &str, code: u16) -> bool {
+    let words: Vec<&str> = caps.split_whitespace().collect();
+    let bits = usize::BITS as usize;
+    let idx = code as usize / bits;
+    if idx >= words.len() {
+        return false;
+    }
+    let word = words[words.len() - 1 - idx];
+    usize::from_str_radix(word, 16).map(|w| w & (1 << (code as usize % bits)) != 0).unwrap_or(false)
+}
+
+/// Reads pending input events; true if one was a power-key press.
+fn power_key_pressed(dev: &mut File) -> bool {
+    // struct input_event on 64-bit Linux: timeval (16 bytes), type u16, code u16, value i32.
+    const SIZE: usize = 24;
+    let mut buf = [0u8; SIZE * 16];
+    let mut pressed = false;
+    while let Ok(n) = dev.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        for ev in buf[..n].chunks_exact(SIZE) {
+            let ty = u16::from_ne_bytes([ev[16], ev[17]]);
+            let code = u16::from_ne_bytes([ev[18], ev[19]]);
+            let value = i32::from_ne_bytes([ev[20], ev[21], ev[22], ev[23]]);
+            if ty == EV_KEY && code == KEY_POWER && value == 1 {
+                pressed = true;
+            }
+        }
+    }
+    pressed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_caps_and_resets() {
+        let mut b = Backoff::default();
+        let quick = Duration::from_millis(200);
+        let delays: Vec<u128> = (0..12).map(|_| b.on_exit(quick).as_millis()).collect();
+        assert_eq!(&delays[..5], &[100, 200, 400, 800, 1600]);
+        assert_eq!(*delays.last().unwrap_or(&0), BACKOFF_MAX.as_millis());
+        assert_eq!(b.on_exit(BACKOFF_RESET_AFTER), BACKOFF_INITIAL);
+        assert_eq!(b.on_exit(quick), BACKOFF_INITIAL * 2);
+    }
+
+    #[test]
+    fn power_key_bit_is_found() {
+        // A typical ACPI power button: "10000000000000 0" has bit 116 set (word 1, bit 52).
+        assert!(has_key("10000000000000 0", KEY_POWER));
+        assert!(!has_key("0", KEY_POWER));
+        assert!(!has_key("", KEY_POWER));
+    }
+}

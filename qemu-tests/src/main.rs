@@ -1,0 +1,147 @@
+//! `nodeos-vm`: boots node images for `./build.sh run` and `./build.sh bench boot`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use qemu_tests::vm::{Arch, Nic, VmConfig, VmFactory, field_u64, free_port, out_dir};
+
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn usage() -> ! {
+    eprintln!("usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE");
+    std::process::exit(2)
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    match args.first().map(String::as_str) {
+        Some("run") => run(Arch::parse(&value("--arch").unwrap_or_else(|| "x86_64".into()))?, flag("--uefi"), flag("--stay")),
+        Some("bench-boot") => {
+            let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(5);
+            let arches = match value("--arch").as_deref() {
+                None | Some("all") => Arch::ALL.to_vec(),
+                Some(a) => vec![Arch::parse(a)?],
+            };
+            let json = PathBuf::from(value("--json").unwrap_or_else(|| usage()));
+            bench_boot(&arches, runs, &json)
+        }
+        _ => usage(),
+    }
+}
+
+/// Boots one node, shows it ready and its agent answering over TLS, then powers it off.
+fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
+    let out = out_dir();
+    let port = free_port()?;
+    let base = if uefi { VmConfig::uefi(&out, arch) } else { VmConfig::direct(&out, arch)? };
+    let cfg = base.with_nics(vec![Nic { forwards: vec![(port, 10250)] }]).with_fw_cfg(
+        r#"{"apiVersion":"nodeos/v1alpha1","hostname":"demo-node"}"#,
+    );
+    let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?.keep_logs();
+    let t0 = Instant::now();
+    let mut vm = factory.start(&cfg)?;
+    println!("booting {} ({}), console log: {}", arch.name(), if uefi { "UEFI disk" } else { "direct kernel" }, vm.dir().join("serial.log").display());
+    let ready = vm.wait_for_line("init: ready", BOOT_TIMEOUT)?;
+    println!("{ready}    (host wall clock {:.1} s)", t0.elapsed().as_secs_f64());
+    vm.wait_for_line("agent: ready", BOOT_TIMEOUT)?;
+    for l in vm.console().lines().filter(|l| l.starts_with("init:") || l.starts_with("agent:")) {
+        println!("  {l}");
+    }
+    let health = Command::new("curl")
+        .args(["-sk", "--max-time", "20", &format!("https://127.0.0.1:{port}/healthz")])
+        .output()
+        .context("running curl")?;
+    let body = String::from_utf8_lossy(&health.stdout);
+    println!("agent https://127.0.0.1:{port}/healthz -> {body:?}");
+    if body != "ok" {
+        bail!("the agent did not answer its health check");
+    }
+    if stay {
+        println!("node is up; press Ctrl-C to stop");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    vm.qmp("system_powerdown", None)?;
+    let status = vm.wait_exit(Duration::from_secs(120))?;
+    let going = vm.console().lines().find(|l| l.contains("init: going down")).map(str::to_string).unwrap_or_default();
+    println!("{going}\nQEMU exited: {status}");
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+}
+
+/// One boot: returns (guest boot_ms at the ready line, host wall ms to that line).
+fn boot_once(factory: &mut VmFactory, cfg: &VmConfig, needle: &str) -> Result<(f64, f64)> {
+    let t0 = Instant::now();
+    let mut vm = factory.start(cfg)?;
+    let line = vm.wait_for_line(needle, BOOT_TIMEOUT)?;
+    let wall = t0.elapsed().as_secs_f64() * 1000.0;
+    let ms = field_u64(&line, "boot_ms").with_context(|| format!("no boot_ms in {line:?}"))?;
+    let _ = vm.wait_exit(Duration::from_secs(60));
+    Ok((ms as f64, wall))
+}
+
+fn file_size(p: &std::path::Path) -> Result<u64> {
+    Ok(std::fs::metadata(p).with_context(|| format!("{} (run ./build.sh image)", p.display()))?.len())
+}
+
+/// Boot benchmark: our init (onReady=poweroff) vs a do-nothing /init on the same kernel,
+/// interleaved, `runs` times each, medians and the difference.
+fn bench_boot(arches: &[Arch], runs: usize, json: &std::path::Path) -> Result<()> {
+    let out = out_dir();
+    let mut factory = VmFactory::new("bench-boot")?;
+    let mut results = serde_json::Map::new();
+    for &arch in arches {
+        let dir = out.join(arch.name());
+        let node = VmConfig::direct(&out, arch)?.with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","onReady":"poweroff"}"#);
+        let mut floor = VmConfig::direct(&out, arch)?;
+        if let qemu_tests::Boot::Direct { initrd, .. } = &mut floor.boot {
+            *initrd = dir.join("floor-initramfs.img");
+        }
+        let (mut ours, mut base, mut ours_wall, mut base_wall) = (vec![], vec![], vec![], vec![]);
+        for i in 0..runs {
+            let (ms, wall) = boot_once(&mut factory, &floor, "floor: ready")?;
+            base.push(ms);
+            base_wall.push(wall);
+            let (ms, wall) = boot_once(&mut factory, &node, "init: ready")?;
+            ours.push(ms);
+            ours_wall.push(wall);
+            eprintln!("bench boot {} run {}/{}: init {} ms, floor {} ms", arch.name(), i + 1, runs, ours[i], base[i]);
+        }
+        let (o, b) = (median(&mut ours.clone()), median(&mut base.clone()));
+        results.insert(
+            arch.name().into(),
+            serde_json::json!({
+                "sizes_bytes": {
+                    "node.efi": file_size(&dir.join("node.efi"))?,
+                    "vmlinuz": file_size(&dir.join("vmlinuz"))?,
+                    "initramfs.img": file_size(&dir.join("initramfs.img"))?,
+                    "disk.qcow2": file_size(&dir.join("disk.qcow2"))?,
+                },
+                "runs": runs,
+                "init_ready_boot_ms": { "median": o, "all": ours },
+                "floor_ready_boot_ms": { "median": b, "all": base },
+                "init_minus_floor_ms": o - b,
+                "init_over_floor_ratio": o / b,
+                "host_wall_ms_to_ready": { "init_median": median(&mut ours_wall), "floor_median": median(&mut base_wall) },
+                "target": { "node_efi_max_bytes": 20 * 1024 * 1024, "init_minus_floor_max_ms": 500 },
+            }),
+        );
+    }
+    let doc = serde_json::json!({ "benchmark": "boot", "accel": "tcg", "results": results });
+    std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
