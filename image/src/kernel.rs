@@ -38,7 +38,7 @@ pub const NODE_MODULES: &[&str] = &[
 
 /// The subset (with its closure) loaded before `init: ready`: the machine config (fw_cfg), the
 /// network and block devices, and the power button.
-pub const BOOT_MODULES: &[&str] = &["qemu_fw_cfg", "virtio_net", "virtio_blk", "evdev", "button"];
+pub const BOOT_MODULES: &[&str] = &["qemu_fw_cfg", "virtio_net", "evdev", "button"];
 
 /// Errors reading the kernel package.
 #[derive(Debug, thiserror::Error)]
@@ -242,6 +242,29 @@ mod tests {
     fn garbage_is_not_a_module() {
         assert!(modinfo_depends(b"not an elf").is_err());
     }
+}
+
+/// Compresses a module the way the kernel's in-kernel decompressor accepts it (xz, CRC32 check,
+/// 1 MiB dictionary), with Debian's `xz` (single-threaded: the output is deterministic).
+pub fn xz_for_kernel(elf: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let io = |source| KernelError::Io { path: "xz".into(), source };
+    let mut child = Command::new("xz")
+        .args(["--check=crc32", "--lzma2=dict=1MiB", "-T1", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(io)?;
+    let mut stdin = child.stdin.take().ok_or_else(|| io(std::io::Error::other("no stdin")))?;
+    let data = elf.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().map_err(io)?;
+    writer.join().map_err(|_| io(std::io::Error::other("writer panicked")))?.map_err(io)?;
+    if !out.status.success() {
+        return Err(io(std::io::Error::other(format!("xz exited with {}", out.status))));
+    }
+    Ok(out.stdout)
 }
 
 /// The marker the kernel's sign-file appends after a module signature.

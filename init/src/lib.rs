@@ -19,8 +19,10 @@ use std::time::Duration;
 use config::{MachineConfig, OnReady};
 use supervisor::{ServiceSpec, Shutdown, Supervisor};
 
-/// Where the node binary lives on the running root (copied there from the initramfs).
-pub const NODE_BIN: &str = "/init";
+/// How PID 1 runs the node binary for its services. After the move to the tmpfs root the binary
+/// is no longer on the root (it stays on the initramfs, which PID 1 itself runs from), and the
+/// magic link still opens it, so nothing has to be copied.
+pub const NODE_BIN: &str = "/proc/self/exe";
 
 /// Runs PID 1. Never returns: the machine powers off or reboots at the end.
 pub fn run_pid1() -> ! {
@@ -53,22 +55,22 @@ fn boot_and_supervise() -> Shutdown {
     }
     let (report, _background) = modules::load(Path::new(modules::LOAD_LIST));
     tracing::info!(loaded = report.loaded, builtin_or_loaded = report.already, failed = report.failed,
-        ms = report.millis as u64, "modules");
+        ms = report.millis as u64, boot_ms = sys::boot_ms(), "modules");
     if mounts::root_is_initramfs() {
-        match mounts::switch_to_tmpfs(&["init", "etc"]) {
+        match mounts::switch_to_tmpfs(&["etc"]) {
             Ok(()) => tracing::info!(boot_ms = sys::boot_ms(), "root moved to tmpfs"),
             Err(e) => tracing::error!(error = %e, "cannot move root to tmpfs; containers will not be able to pivot_root"),
         }
     }
     match mounts::mount_cgroup2() {
-        Ok(ctl) => tracing::info!(subtree_control = %ctl, "cgroup2 mounted"),
+        Ok(ctl) => tracing::info!(subtree_control = %ctl, boot_ms = sys::boot_ms(), "cgroup2 mounted"),
         Err(e) => tracing::error!(error = %e, "cgroup2 setup failed"),
     }
     let cfg = load_config();
     let configured = network::configure(&cfg);
     let hostname = network::choose_hostname(&cfg, &configured);
     match nix::unistd::sethostname(&hostname) {
-        Ok(()) => tracing::info!(hostname = %hostname, "hostname set"),
+        Ok(()) => tracing::info!(hostname = %hostname, boot_ms = sys::boot_ms(), "hostname set"),
         Err(e) => tracing::warn!(hostname = %hostname, error = %e, "cannot set hostname"),
     }
     let _ = std::fs::write("/etc/hostname", format!("{hostname}\n"));
@@ -81,7 +83,7 @@ fn boot_and_supervise() -> Shutdown {
             return Shutdown::Poweroff;
         }
     };
-    let program = if Path::new(NODE_BIN).exists() { NODE_BIN.to_string() } else { "/proc/self/exe".to_string() };
+    let program = NODE_BIN.to_string();
     sup.add(ServiceSpec { name: "agent".into(), program: program.clone(), args: vec!["agent".into()] });
     if cfg.crash_service {
         sup.add(ServiceSpec { name: "crashtest".into(), program, args: vec!["crashtest".into()] });
@@ -111,7 +113,7 @@ fn load_config() -> MachineConfig {
     match config::load(fw_cfg.as_deref(), &cmdline) {
         Ok(Some(cfg)) => {
             tracing::info!(hostname = ?cfg.hostname, interfaces = cfg.interfaces.len(), on_ready = ?cfg.on_ready,
-                "machine config loaded");
+                boot_ms = sys::boot_ms(), "machine config loaded");
             cfg
         }
         Ok(None) => {

@@ -12,6 +12,10 @@ fn main() -> ExitCode {
     if role.is_none() && (std::process::id() == 1 || argv0.rsplit('/').next() == Some("init")) {
         init::run_pid1();
     }
+    // PID 1 starts services with its handled signals blocked; a role starts with none blocked.
+    if let Err(e) = nix::sys::signal::SigSet::empty().thread_set_mask() {
+        eprintln!("cannot reset the signal mask: {e}");
+    }
     match role.as_deref() {
         Some("agent") => {
             init::log::install("agent", "info");

@@ -75,6 +75,9 @@ pub fn load(list: &Path) -> (LoadReport, Option<JoinHandle<()>>) {
     let early = load_files(open(early));
     let late = open(late);
     let handle = std::thread::Builder::new().name("modules".into()).spawn(move || {
+        if let Err(e) = sys::make_thread_idle() {
+            tracing::debug!(error = %e, "cannot lower the module loader's priority");
+        }
         let r = load_files(late);
         tracing::info!(loaded = r.loaded, builtin_or_loaded = r.already, failed = r.failed, ms = r.millis as u64,
             "modules done");

@@ -3,14 +3,22 @@
 //!
 //! Why the move: `pivot_root(2)` fails with EINVAL when the current root is the initramfs `rootfs`
 //! (it has no parent mount), and container runtimes pivot into their rootfs (RUNTIME-NOTES.md §4 P1).
-//! So PID 1 copies what it still needs onto a tmpfs, frees the initramfs, and makes the tmpfs `/`.
+//! So PID 1 copies what it still needs onto a tmpfs, makes the tmpfs `/`, and frees the
+//! initramfs in the background.
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+
+use nix::dir::Dir;
+use nix::fcntl::{AtFlags, OFlag};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::stat::{Mode, fstatat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 /// Errors of the mount steps; each names the path involved.
 #[derive(Debug, thiserror::Error)]
@@ -59,11 +67,12 @@ pub fn mount_cgroup2() -> Result<String> {
     mount_fs("cgroup2", "/sys/fs/cgroup", NOSUID_NODEV_NOEXEC, Some("nsdelegate,memory_recursiveprot"))?;
     let ctl = Path::new("/sys/fs/cgroup/cgroup.subtree_control");
     let available = fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").map_err(io_err("read", ctl))?;
-    for c in ["cpu", "memory", "pids", "io", "cpuset", "hugetlb"] {
-        if available.split_whitespace().any(|a| a == c) {
-            fs::write(ctl, format!("+{c}")).map_err(io_err("write", ctl))?;
-        }
-    }
+    let enable: Vec<String> = ["cpu", "memory", "pids", "io", "cpuset", "hugetlb"]
+        .iter()
+        .filter(|c| available.split_whitespace().any(|a| a == **c))
+        .map(|c| format!("+{c}"))
+        .collect();
+    fs::write(ctl, enable.join(" ")).map_err(io_err("write", ctl))?;
     Ok(fs::read_to_string(ctl).map_err(io_err("read", ctl))?.trim().to_string())
 }
 
@@ -74,8 +83,8 @@ pub fn root_is_initramfs() -> bool {
         .unwrap_or(false)
 }
 
-/// Copies `keep` (paths relative to `/`) from the initramfs onto a new tmpfs, deletes everything
-/// else on the initramfs to give its memory back, and makes the tmpfs the root.
+/// Copies `keep` (paths relative to `/`) from the initramfs onto a new tmpfs, makes the tmpfs the
+/// root, and deletes the initramfs's files on a background thread to give their memory back.
 pub fn switch_to_tmpfs(keep: &[&str]) -> Result<()> {
     let new_root = Path::new("/newroot");
     mkdir(new_root, 0o755)?;
@@ -87,16 +96,11 @@ pub fn switch_to_tmpfs(keep: &[&str]) -> Result<()> {
             copy_tree(&src, &new_root.join(rel))?;
         }
     }
-    // Free the initramfs: remove everything on the root device except the mount points we move.
+    // Keep a handle on the initramfs root: once the tmpfs is `/` it is no longer reachable by
+    // path, and its files are freed in the background through this handle.
+    let old_root = Dir::open("/", OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|source| MountError::Sys { op: "open /", source })?;
     let root_dev = fs::metadata("/").map_err(io_err("stat", Path::new("/")))?.dev();
-    let entries = fs::read_dir("/").map_err(io_err("readdir", Path::new("/")))?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path == new_root {
-            continue;
-        }
-        remove_on_device(&path, root_dev);
-    }
     for m in ["/proc", "/sys", "/dev", "/run"] {
         let target = new_root.join(&m[1..]);
         mkdir(&target, 0o755)?;
@@ -108,25 +112,41 @@ pub fn switch_to_tmpfs(keep: &[&str]) -> Result<()> {
         .map_err(|source| MountError::Mount { fstype: "move", target: "/".into(), source })?;
     nix::unistd::chroot(".").map_err(|source| MountError::Sys { op: "chroot", source })?;
     nix::unistd::chdir("/").map_err(|source| MountError::Sys { op: "chdir /", source })?;
+    let freeing = std::thread::Builder::new().name("free-initramfs".into()).spawn(move || {
+        let _ = crate::sys::make_thread_idle();
+        let mut old_root = old_root;
+        remove_children(&mut old_root, root_dev);
+    });
+    if let Err(e) = freeing {
+        tracing::warn!(error = %e, "cannot free the initramfs");
+    }
     Ok(())
 }
 
-/// Recursively removes `path` without crossing onto other filesystems. Best effort: what cannot be
-/// removed stays (it only costs memory).
-fn remove_on_device(path: &Path, dev: u64) {
-    let Ok(meta) = path.symlink_metadata() else { return };
-    if meta.dev() != dev {
-        return;
-    }
-    if meta.is_dir() {
-        if let Ok(entries) = fs::read_dir(path) {
-            for e in entries.flatten() {
-                remove_on_device(&e.path(), dev);
-            }
+/// Removes everything below `dir` that is on device `dev` (never crossing into other mounts).
+/// Best effort: what cannot be removed only costs memory.
+fn remove_children(dir: &mut Dir, dev: u64) {
+    let fd = dir.as_raw_fd();
+    let names: Vec<CString> = dir
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        let Ok(st) = fstatat(Some(fd), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
+        if st.st_dev as u64 != dev {
+            continue;
         }
-        let _ = fs::remove_dir(path);
-    } else {
-        let _ = fs::remove_file(path);
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            if let Ok(mut sub) = Dir::openat(Some(fd), name.as_c_str(), flags, Mode::empty()) {
+                remove_children(&mut sub, dev);
+            }
+            let _ = unlinkat(Some(fd), name.as_c_str(), UnlinkatFlags::RemoveDir);
+        } else {
+            let _ = unlinkat(Some(fd), name.as_c_str(), UnlinkatFlags::NoRemoveDir);
+        }
     }
 }
 

@@ -49,7 +49,7 @@ pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
         match configure_one(&itf) {
             Ok(c) => {
                 tracing::info!(interface = %c.name, address = %format!("{}/{}", c.address, c.prefix),
-                    gateway = ?c.gateway, "network up");
+                    gateway = ?c.gateway, boot_ms = sys::boot_ms(), "network up");
                 done.push(c);
             }
             Err(e) => {

@@ -126,3 +126,15 @@ pub fn boot_ms() -> u64 {
         Err(_) => 0,
     }
 }
+
+/// Moves the calling thread to SCHED_IDLE: it runs only when nothing else wants the CPU. Used by
+/// the background boot work (late modules, freeing the initramfs) so it does not slow the boot path.
+pub fn make_thread_idle() -> io::Result<()> {
+    // SAFETY: sched_param is a plain C struct of integers (musl adds reserved fields); all-zero
+    // is valid and means priority 0, the only priority SCHED_IDLE accepts.
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 names the calling
+    // thread on Linux, and the kernel only reads `param`.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
