@@ -2,6 +2,8 @@
 //! containers a previous run left behind, and serves its TLS endpoint (`/healthz`); registration,
 //! pod workers and the rest come with the control-plane and runtime issues.
 
+#![forbid(unsafe_code)]
+
 mod server;
 
 use std::net::SocketAddr;
@@ -34,7 +36,9 @@ impl Default for AgentConfig {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "node".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "node".into())
 }
 
 /// Errors that stop the agent.
@@ -47,7 +51,11 @@ pub enum AgentError {
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, #[source] source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Runs the agent until it fails.

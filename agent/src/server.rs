@@ -18,8 +18,11 @@ use crate::{AgentConfig, AgentError};
 
 fn tls_config(names: &[String]) -> Result<rustls::ServerConfig, AgentError> {
     let key = rcgen::KeyPair::generate().map_err(|e| AgentError::Certificate(e.to_string()))?;
-    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(|e| AgentError::Certificate(e.to_string()))?;
-    let cert = params.self_signed(&key).map_err(|e| AgentError::Certificate(e.to_string()))?;
+    let params =
+        rcgen::CertificateParams::new(names.to_vec()).map_err(|e| AgentError::Certificate(e.to_string()))?;
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| AgentError::Certificate(e.to_string()))?;
     let chain = vec![CertificateDer::from(cert.der().to_vec())];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -44,8 +47,12 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
 /// Serves the agent endpoint until the listener fails.
 pub async fn serve(cfg: AgentConfig) -> Result<(), AgentError> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(&cfg.server_names)?));
-    let listener =
-        TcpListener::bind(cfg.listen).await.map_err(|source| AgentError::Listen { addr: cfg.listen, source })?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
     tracing::info!(listen = %cfg.listen, "ready");
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -64,7 +71,10 @@ pub async fn serve(cfg: AgentConfig) -> Result<(), AgentError> {
                     return;
                 }
             };
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(tls), service_fn(handle)).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service_fn(handle))
+                .await
+            {
                 tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
             }
         });

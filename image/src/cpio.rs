@@ -35,7 +35,10 @@ const S_IFCHR: u32 = 0o020000;
 impl Archive {
     /// An empty archive whose entries all carry `mtime` (seconds since the epoch).
     pub fn new(mtime: u32) -> Self {
-        Self { entries: BTreeMap::new(), mtime }
+        Self {
+            entries: BTreeMap::new(),
+            mtime,
+        }
     }
 
     fn normalize(path: &str) -> String {
@@ -50,7 +53,10 @@ impl Archive {
                 acc.push('/');
             }
             acc.push_str(part);
-            self.entries.entry(acc.clone()).or_insert(Entry { node: Node::Dir, mode: 0o755 });
+            self.entries.entry(acc.clone()).or_insert(Entry {
+                node: Node::Dir,
+                mode: 0o755,
+            });
         }
     }
 
@@ -58,7 +64,13 @@ impl Archive {
     pub fn add(&mut self, path: &str, node: Node, mode: u32) {
         let path = Self::normalize(path);
         self.add_parents(&path);
-        self.entries.insert(path, Entry { node, mode: mode & 0o7777 });
+        self.entries.insert(
+            path,
+            Entry {
+                node,
+                mode: mode & 0o7777,
+            },
+        );
     }
 
     /// Paths in archive order.
@@ -77,7 +89,17 @@ impl Archive {
                 Node::CharDev(ma, mi) => (S_IFCHR, &[], (*ma, *mi)),
             };
             let nlink = if matches!(e.node, Node::Dir) { 2 } else { 1 };
-            pos += write_record(w, pos, ino as u32 + 1, kind | e.mode, nlink, self.mtime, path, data, rdev)?;
+            pos += write_record(
+                w,
+                pos,
+                ino as u32 + 1,
+                kind | e.mode,
+                nlink,
+                self.mtime,
+                path,
+                data,
+                rdev,
+            )?;
         }
         write_record(w, pos, 0, 0, 1, 0, "TRAILER!!!", &[], (0, 0))?;
         Ok(())
@@ -133,7 +155,10 @@ mod tests {
         a.add("/lib/modules/x.ko", Node::File(b"abc".to_vec()), 0o644);
         a.add("dev/console", Node::CharDev(5, 1), 0o600);
         let paths: Vec<&str> = a.paths().collect();
-        assert_eq!(paths, ["dev", "dev/console", "lib", "lib/modules", "lib/modules/x.ko"]);
+        assert_eq!(
+            paths,
+            ["dev", "dev/console", "lib", "lib/modules", "lib/modules/x.ko"]
+        );
         let mut out = Vec::new();
         a.write_to(&mut out).expect("write");
         assert_eq!(out.len() % 4, 0);

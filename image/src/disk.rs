@@ -152,7 +152,9 @@ pub fn build_fat(size_mib: u64, label: &str, files: &[(&str, &[u8])]) -> Result<
     for (d, s) in lab.iter_mut().zip(label.bytes()) {
         *d = s.to_ascii_uppercase();
     }
-    let opts = fatfs::FormatVolumeOptions::new().volume_id(0x4e4f_4445).volume_label(lab);
+    let opts = fatfs::FormatVolumeOptions::new()
+        .volume_id(0x4e4f_4445)
+        .volume_label(lab);
     fatfs::format_volume(&mut img, opts).map_err(DiskError::Fat)?;
     img.seek(SeekFrom::Start(0)).map_err(DiskError::Fat)?;
     {
@@ -197,8 +199,18 @@ mod tests {
     #[test]
     fn gpt_headers_and_crcs_are_valid() {
         let parts = [
-            Partition { name: "esp".into(), type_guid: ESP_TYPE.into(), size_mib: 2, contents: vec![1, 2, 3] },
-            Partition { name: "state".into(), type_guid: LINUX_DATA_TYPE.into(), size_mib: 1, contents: vec![] },
+            Partition {
+                name: "esp".into(),
+                type_guid: ESP_TYPE.into(),
+                size_mib: 2,
+                contents: vec![1, 2, 3],
+            },
+            Partition {
+                name: "state".into(),
+                type_guid: LINUX_DATA_TYPE.into(),
+                size_mib: 1,
+                contents: vec![],
+            },
         ];
         let d = build_gpt("t", &parts).expect("gpt");
         assert_eq!(d.len() as u64 % SECTOR, 0);
@@ -214,13 +226,19 @@ mod tests {
         // The backup header sits in the last sector and points back at LBA 1.
         let last = d.len() - 512;
         assert_eq!(&d[last..last + 8], b"EFI PART");
-        assert_eq!(u64::from_le_bytes(d[last + 32..last + 40].try_into().expect("8 bytes")), 1);
+        assert_eq!(
+            u64::from_le_bytes(d[last + 32..last + 40].try_into().expect("8 bytes")),
+            1
+        );
         assert_eq!(d[510..512], [0x55, 0xAA]);
     }
 
     #[test]
     fn fat_image_is_reproducible_and_readable() -> Result<(), Box<dyn std::error::Error>> {
-        let files: &[(&str, &[u8])] = &[("EFI/BOOT/BOOTX64.EFI", b"uki"), ("EFI/nodeos/slot-a.efi", b"uki")];
+        let files: &[(&str, &[u8])] = &[
+            ("EFI/BOOT/BOOTX64.EFI", b"uki"),
+            ("EFI/nodeos/slot-a.efi", b"uki"),
+        ];
         let a = build_fat(34, "esp", files)?;
         let b = build_fat(34, "esp", files)?;
         assert_eq!(a, b);

@@ -50,7 +50,11 @@ pub enum KernelError {
     #[error("module {path}: {reason}")]
     BadModule { path: PathBuf, reason: String },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 type Result<T> = std::result::Result<T, KernelError>;
@@ -80,13 +84,22 @@ pub fn normalize(name: &str) -> String {
 }
 
 fn module_name_of(file_name: &str) -> Option<&str> {
-    file_name.strip_suffix(".ko.xz").or_else(|| file_name.strip_suffix(".ko.zst")).or_else(|| file_name.strip_suffix(".ko"))
+    file_name
+        .strip_suffix(".ko.xz")
+        .or_else(|| file_name.strip_suffix(".ko.zst"))
+        .or_else(|| file_name.strip_suffix(".ko"))
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|source| KernelError::Io { path: dir.into(), source })?;
+    let rd = std::fs::read_dir(dir).map_err(|source| KernelError::Io {
+        path: dir.into(),
+        source,
+    })?;
     for e in rd {
-        let e = e.map_err(|source| KernelError::Io { path: dir.into(), source })?;
+        let e = e.map_err(|source| KernelError::Io {
+            path: dir.into(),
+            source,
+        })?;
         let p = e.path();
         if p.is_dir() {
             walk(&p, out)?;
@@ -101,7 +114,10 @@ impl KernelPackage {
     /// Opens an unpacked package root (the directory holding `boot/` and `lib/modules/`).
     pub fn open(root: &Path) -> Result<Self> {
         let boot = root.join("boot");
-        let rd = std::fs::read_dir(&boot).map_err(|source| KernelError::Io { path: boot.clone(), source })?;
+        let rd = std::fs::read_dir(&boot).map_err(|source| KernelError::Io {
+            path: boot.clone(),
+            source,
+        })?;
         let mut vmlinuz = None;
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -109,11 +125,16 @@ impl KernelPackage {
                 vmlinuz = Some((v.to_string(), e.path()));
             }
         }
-        let (version, vmlinuz) =
-            vmlinuz.ok_or_else(|| KernelError::Layout { path: boot.clone(), reason: "no vmlinuz-* in boot/".into() })?;
+        let (version, vmlinuz) = vmlinuz.ok_or_else(|| KernelError::Layout {
+            path: boot.clone(),
+            reason: "no vmlinuz-* in boot/".into(),
+        })?;
         let modules_dir = root.join("lib/modules").join(&version);
         if !modules_dir.is_dir() {
-            return Err(KernelError::Layout { path: modules_dir, reason: "missing modules directory".into() });
+            return Err(KernelError::Layout {
+                path: modules_dir,
+                reason: "missing modules directory".into(),
+            });
         }
         let mut files = Vec::new();
         walk(&modules_dir.join("kernel"), &mut files)?;
@@ -126,11 +147,20 @@ impl KernelPackage {
         }
         let builtin_path = modules_dir.join("modules.builtin");
         let builtin = std::fs::read_to_string(&builtin_path)
-            .map_err(|source| KernelError::Io { path: builtin_path, source })?
+            .map_err(|source| KernelError::Io {
+                path: builtin_path,
+                source,
+            })?
             .lines()
             .filter_map(|l| l.rsplit('/').next().and_then(module_name_of).map(normalize))
             .collect();
-        Ok(Self { version, vmlinuz, modules_dir, index, builtin })
+        Ok(Self {
+            version,
+            vmlinuz,
+            modules_dir,
+            index,
+            builtin,
+        })
     }
 
     /// The module's ELF bytes (decompressed when the file is `.ko.xz`).
@@ -138,8 +168,10 @@ impl KernelPackage {
         let raw = read(path)?;
         if path.extension().is_some_and(|e| e == "xz") {
             let mut out = Vec::new();
-            lzma_rs::xz_decompress(&mut raw.as_slice(), &mut out)
-                .map_err(|e| KernelError::BadModule { path: path.into(), reason: format!("xz: {e}") })?;
+            lzma_rs::xz_decompress(&mut raw.as_slice(), &mut out).map_err(|e| KernelError::BadModule {
+                path: path.into(),
+                reason: format!("xz: {e}"),
+            })?;
             Ok(out)
         } else {
             Ok(raw)
@@ -149,7 +181,10 @@ impl KernelPackage {
     /// The `depends=` of a module file, read from its `.modinfo` ELF section.
     pub fn depends(&self, path: &Path) -> Result<Vec<String>> {
         let elf = self.module_elf(path)?;
-        modinfo_depends(&elf).map_err(|reason| KernelError::BadModule { path: path.into(), reason })
+        modinfo_depends(&elf).map_err(|reason| KernelError::BadModule {
+            path: path.into(),
+            reason,
+        })
     }
 
     /// The dependency closure of `wanted`, dependencies first; built-in modules are skipped.
@@ -162,7 +197,13 @@ impl KernelPackage {
         Ok(order)
     }
 
-    fn visit(&self, name: &str, seen: &mut HashSet<String>, order: &mut Vec<ModuleFile>, depth: usize) -> Result<()> {
+    fn visit(
+        &self,
+        name: &str,
+        seen: &mut HashSet<String>,
+        order: &mut Vec<ModuleFile>,
+        depth: usize,
+    ) -> Result<()> {
         if !seen.insert(name.to_string()) {
             return Ok(());
         }
@@ -173,17 +214,27 @@ impl KernelPackage {
             return Err(KernelError::UnknownModule { name: name.into() });
         };
         if depth > 64 {
-            return Err(KernelError::BadModule { path: path.clone(), reason: "dependency chain too deep".into() });
+            return Err(KernelError::BadModule {
+                path: path.clone(),
+                reason: "dependency chain too deep".into(),
+            });
         }
         for dep in self.depends(path)? {
             self.visit(&normalize(&dep), seen, order, depth + 1)?;
         }
         let rel_path = path
             .strip_prefix(&self.modules_dir)
-            .map_err(|_| KernelError::Layout { path: path.clone(), reason: "outside the modules dir".into() })?
+            .map_err(|_| KernelError::Layout {
+                path: path.clone(),
+                reason: "outside the modules dir".into(),
+            })?
             .to_string_lossy()
             .into_owned();
-        order.push(ModuleFile { name: name.into(), rel_path, path: path.clone() });
+        order.push(ModuleFile {
+            name: name.into(),
+            rel_path,
+            path: path.clone(),
+        });
         Ok(())
     }
 }
@@ -205,10 +256,71 @@ pub fn modinfo_depends(elf: &[u8]) -> std::result::Result<Vec<String>, String> {
 
 /// Reads a whole file (small helper with a typed error).
 pub fn read(path: &Path) -> Result<Vec<u8>> {
-    let mut f = std::fs::File::open(path).map_err(|source| KernelError::Io { path: path.into(), source })?;
+    let mut f = std::fs::File::open(path).map_err(|source| KernelError::Io {
+        path: path.into(),
+        source,
+    })?;
     let mut v = Vec::new();
-    f.read_to_end(&mut v).map_err(|source| KernelError::Io { path: path.into(), source })?;
+    f.read_to_end(&mut v).map_err(|source| KernelError::Io {
+        path: path.into(),
+        source,
+    })?;
     Ok(v)
+}
+
+/// Compresses a module the way the kernel's in-kernel decompressor accepts it (xz, CRC32 check,
+/// 1 MiB dictionary), with Debian's `xz` (single-threaded: the output is deterministic).
+pub fn xz_for_kernel(elf: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let io = |source| KernelError::Io {
+        path: "xz".into(),
+        source,
+    };
+    let mut child = Command::new("xz")
+        .args(["--check=crc32", "--lzma2=dict=1MiB", "-T1", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(io)?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| io(std::io::Error::other("no stdin")))?;
+    let data = elf.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().map_err(io)?;
+    writer
+        .join()
+        .map_err(|_| io(std::io::Error::other("writer panicked")))?
+        .map_err(io)?;
+    if !out.status.success() {
+        return Err(io(std::io::Error::other(format!(
+            "xz exited with {}",
+            out.status
+        ))));
+    }
+    Ok(out.stdout)
+}
+
+/// The marker the kernel's sign-file appends after a module signature.
+const SIG_MARKER: &[u8] = b"~Module signature appended~\n";
+
+/// Removes an appended module signature, returning the bare ELF (unchanged if unsigned).
+pub fn strip_signature(elf: &[u8]) -> &[u8] {
+    let Some(body) = elf.strip_suffix(SIG_MARKER) else {
+        return elf;
+    };
+    // struct module_signature (12 bytes) ends with the signature length, big-endian.
+    if body.len() < 12 {
+        return elf;
+    }
+    let info = &body[body.len() - 12..];
+    let sig_len = u32::from_be_bytes([info[8], info[9], info[10], info[11]]) as usize;
+    match (body.len() - 12).checked_sub(sig_len) {
+        Some(end) => &body[..end],
+        None => elf,
+    }
 }
 
 #[cfg(test)]
@@ -241,46 +353,5 @@ mod tests {
     #[test]
     fn garbage_is_not_a_module() {
         assert!(modinfo_depends(b"not an elf").is_err());
-    }
-}
-
-/// Compresses a module the way the kernel's in-kernel decompressor accepts it (xz, CRC32 check,
-/// 1 MiB dictionary), with Debian's `xz` (single-threaded: the output is deterministic).
-pub fn xz_for_kernel(elf: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let io = |source| KernelError::Io { path: "xz".into(), source };
-    let mut child = Command::new("xz")
-        .args(["--check=crc32", "--lzma2=dict=1MiB", "-T1", "-c"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(io)?;
-    let mut stdin = child.stdin.take().ok_or_else(|| io(std::io::Error::other("no stdin")))?;
-    let data = elf.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().map_err(io)?;
-    writer.join().map_err(|_| io(std::io::Error::other("writer panicked")))?.map_err(io)?;
-    if !out.status.success() {
-        return Err(io(std::io::Error::other(format!("xz exited with {}", out.status))));
-    }
-    Ok(out.stdout)
-}
-
-/// The marker the kernel's sign-file appends after a module signature.
-const SIG_MARKER: &[u8] = b"~Module signature appended~\n";
-
-/// Removes an appended module signature, returning the bare ELF (unchanged if unsigned).
-pub fn strip_signature(elf: &[u8]) -> &[u8] {
-    let Some(body) = elf.strip_suffix(SIG_MARKER) else { return elf };
-    // struct module_signature (12 bytes) ends with the signature length, big-endian.
-    if body.len() < 12 {
-        return elf;
-    }
-    let info = &body[body.len() - 12..];
-    let sig_len = u32::from_be_bytes([info[8], info[9], info[10], info[11]]) as usize;
-    match (body.len() - 12).checked_sub(sig_len) {
-        Some(end) => &body[..end],
-        None => elf,
     }
 }

@@ -3,6 +3,8 @@
 //! `disk.raw` (GPT: ESP with A/B boot slots + state partition) and `disk.qcow2`, plus
 //! `SHA256SUMS`. Same inputs give the same bytes.
 
+#![forbid(unsafe_code)]
+
 pub mod cpio;
 pub mod disk;
 pub mod kernel;
@@ -59,7 +61,11 @@ pub enum BuildError {
     #[error("disk: {0}")]
     Disk(#[from] disk::DiskError),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("qemu-img: {0}")]
     QemuImg(String),
 }
@@ -67,11 +73,17 @@ pub enum BuildError {
 type Result<T> = std::result::Result<T, BuildError>;
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| BuildError::Io { path: path.into(), source })
+    std::fs::read(path).map_err(|source| BuildError::Io {
+        path: path.into(),
+        source,
+    })
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
-    std::fs::write(path, data).map_err(|source| BuildError::Io { path: path.into(), source })
+    std::fs::write(path, data).map_err(|source| BuildError::Io {
+        path: path.into(),
+        source,
+    })
 }
 
 /// Inputs of one build.
@@ -124,9 +136,11 @@ fn add_base(a: &mut Archive) {
 /// zstd (level 19, single-threaded, no dictionary): deterministic, and the kernel unpacks it
 /// faster than gzip.
 pub fn zstd(data: &[u8]) -> Result<Vec<u8>> {
-    zstd::bulk::compress(data, 19).map_err(|source| BuildError::Io { path: "zstd".into(), source })
+    zstd::bulk::compress(data, 19).map_err(|source| BuildError::Io {
+        path: "zstd".into(),
+        source,
+    })
 }
-
 
 fn os_release(kernel: &str) -> String {
     let v = env!("CARGO_PKG_VERSION");
@@ -140,7 +154,11 @@ pub fn node_initramfs(cfg: &BuildConfig, pkg: &KernelPackage) -> Result<(Vec<u8>
     let mut a = Archive::new(0);
     add_base(&mut a);
     a.add("init", Node::File(read(&cfg.node_bin)?), 0o755);
-    a.add("etc/os-release", Node::File(os_release(&pkg.version).into_bytes()), 0o644);
+    a.add(
+        "etc/os-release",
+        Node::File(os_release(&pkg.version).into_bytes()),
+        0o644,
+    );
     // Boot-critical modules (config, network, power button) load before `init: ready`; the rest
     // load in the background. The list marks the split with a `# background` line.
     let early = pkg.select(kernel::BOOT_MODULES)?;
@@ -177,7 +195,10 @@ pub fn node_initramfs(cfg: &BuildConfig, pkg: &KernelPackage) -> Result<(Vec<u8>
         a.add(path, Node::File(data.clone()), *mode);
     }
     let mut out = Vec::new();
-    a.write_to(&mut out).map_err(|source| BuildError::Io { path: "initramfs".into(), source })?;
+    a.write_to(&mut out).map_err(|source| BuildError::Io {
+        path: "initramfs".into(),
+        source,
+    })?;
     Ok((out, mods.into_iter().map(|m| m.name).collect()))
 }
 
@@ -187,7 +208,10 @@ pub fn floor_initramfs(bin: &Path) -> Result<Vec<u8>> {
     add_base(&mut a);
     a.add("init", Node::File(read(bin)?), 0o755);
     let mut out = Vec::new();
-    a.write_to(&mut out).map_err(|source| BuildError::Io { path: "initramfs".into(), source })?;
+    a.write_to(&mut out).map_err(|source| BuildError::Io {
+        path: "initramfs".into(),
+        source,
+    })?;
     zstd(&out)
 }
 
@@ -197,7 +221,10 @@ fn sha256_hex(data: &[u8]) -> String {
 
 /// Runs the whole pipeline for one architecture.
 pub fn build(cfg: &BuildConfig) -> Result<Outputs> {
-    std::fs::create_dir_all(&cfg.out).map_err(|source| BuildError::Io { path: cfg.out.clone(), source })?;
+    std::fs::create_dir_all(&cfg.out).map_err(|source| BuildError::Io {
+        path: cfg.out.clone(),
+        source,
+    })?;
     let pkg = KernelPackage::open(&cfg.kernel_root)?;
     let (cpio, modules) = node_initramfs(cfg, &pkg)?;
     let initrd = zstd(&cpio)?;
@@ -206,21 +233,40 @@ pub fn build(cfg: &BuildConfig) -> Result<Outputs> {
     let osrel = os_release(&pkg.version);
     let uki = uki::build(
         &stub,
-        &[(".osrel", osrel.as_bytes()), (".cmdline", cfg.cmdline.as_bytes()), (".initrd", &initrd), (".linux", &kernel)],
+        &[
+            (".osrel", osrel.as_bytes()),
+            (".cmdline", cfg.cmdline.as_bytes()),
+            (".initrd", &initrd),
+            (".linux", &kernel),
+        ],
     )?;
     // Slot A is the UEFI fallback path itself (what firmware boots with no boot entries); slot B
     // is written by upgrades and starts as a copy. The ESP holds two images plus headroom.
-    let slots = format!(r#"{{"default":"a","slots":{{"a":"{}","b":"EFI/nodeos/b.efi"}}}}"#, cfg.arch.efi_fallback());
-    let esp_mib = cfg.esp_mib.max((2 * uki.len() as u64).div_ceil(1 << 20).div_ceil(8) * 8 + 16);
+    let slots = format!(
+        r#"{{"default":"a","slots":{{"a":"{}","b":"EFI/nodeos/b.efi"}}}}"#,
+        cfg.arch.efi_fallback()
+    );
+    let esp_mib = cfg
+        .esp_mib
+        .max((2 * uki.len() as u64).div_ceil(1 << 20).div_ceil(8) * 8 + 16);
     let esp = disk::build_fat(
         esp_mib,
         "NODEOS-ESP",
-        &[(cfg.arch.efi_fallback(), &uki), ("EFI/nodeos/b.efi", &uki), ("EFI/nodeos/slots.json", slots.as_bytes())],
+        &[
+            (cfg.arch.efi_fallback(), &uki),
+            ("EFI/nodeos/b.efi", &uki),
+            ("EFI/nodeos/slots.json", slots.as_bytes()),
+        ],
     )?;
     let raw = disk::build_gpt(
         &format!("nodeos/{}/{}", cfg.arch.name(), sha256_hex(&uki)),
         &[
-            disk::Partition { name: "esp".into(), type_guid: disk::ESP_TYPE.into(), size_mib: esp_mib, contents: esp },
+            disk::Partition {
+                name: "esp".into(),
+                type_guid: disk::ESP_TYPE.into(),
+                size_mib: esp_mib,
+                contents: esp,
+            },
             disk::Partition {
                 name: "nodeos-state".into(),
                 type_guid: disk::LINUX_DATA_TYPE.into(),
@@ -248,12 +294,28 @@ pub fn build(cfg: &BuildConfig) -> Result<Outputs> {
     }
     let mut files = Vec::new();
     let mut sums = String::new();
-    for name in ["vmlinuz", "initramfs.img", "cmdline", "node.efi", "disk.raw", "disk.qcow2"] {
+    for name in [
+        "vmlinuz",
+        "initramfs.img",
+        "cmdline",
+        "node.efi",
+        "disk.raw",
+        "disk.qcow2",
+    ] {
         let data = read(&o.join(name))?;
         let sha = sha256_hex(&data);
         sums.push_str(&format!("{sha}  {name}\n"));
-        files.push(OutputFile { name: name.into(), bytes: data.len() as u64, sha256: sha });
+        files.push(OutputFile {
+            name: name.into(),
+            bytes: data.len() as u64,
+            sha256: sha,
+        });
     }
     write(&o.join("SHA256SUMS"), sums.as_bytes())?;
-    Ok(Outputs { arch: cfg.arch.name(), kernel_version: pkg.version, modules, files })
+    Ok(Outputs {
+        arch: cfg.arch.name(),
+        kernel_version: pkg.version,
+        modules,
+        files,
+    })
 }

@@ -47,7 +47,16 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
-        Cmd::Build { arch, kernel_root, stub, node_bin, out, cmdline, esp_mib, state_mib } => {
+        Cmd::Build {
+            arch,
+            kernel_root,
+            stub,
+            node_bin,
+            out,
+            cmdline,
+            esp_mib,
+            state_mib,
+        } => {
             let cfg = BuildConfig {
                 arch,
                 kernel_root,
@@ -59,7 +68,8 @@ fn main() -> anyhow::Result<()> {
                 state_mib,
                 extra_files: Vec::new(),
             };
-            let outputs = image::build(&cfg).with_context(|| format!("building the {} image", arch.name()))?;
+            let outputs =
+                image::build(&cfg).with_context(|| format!("building the {} image", arch.name()))?;
             println!("{}", serde_json::to_string_pretty(&outputs)?);
         }
         Cmd::Floor { bin, out } => {

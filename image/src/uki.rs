@@ -7,8 +7,14 @@
 pub enum UkiError {
     #[error("EFI stub is not a PE32+ image: {0}")]
     NotPe(&'static str),
-    #[error("EFI stub has no room for {needed} more section headers (headers end at {headers_end:#x}, first section data at {first_data:#x})")]
-    NoHeaderRoom { needed: usize, headers_end: usize, first_data: usize },
+    #[error(
+        "EFI stub has no room for {needed} more section headers (headers end at {headers_end:#x}, first section data at {first_data:#x})"
+    )]
+    NoHeaderRoom {
+        needed: usize,
+        headers_end: usize,
+        first_data: usize,
+    },
     #[error("section name {0:?} is longer than 8 bytes")]
     Name(String),
 }
@@ -18,10 +24,14 @@ const IMAGE_SCN_CNT_INITIALIZED_DATA: u32 = 0x0000_0040;
 const IMAGE_SCN_MEM_READ: u32 = 0x4000_0000;
 
 fn u16_at(b: &[u8], o: usize) -> Result<u16, UkiError> {
-    b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]])).ok_or(UkiError::NotPe("truncated"))
+    b.get(o..o + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or(UkiError::NotPe("truncated"))
 }
 fn u32_at(b: &[u8], o: usize) -> Result<u32, UkiError> {
-    b.get(o..o + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok_or(UkiError::NotPe("truncated"))
+    b.get(o..o + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or(UkiError::NotPe("truncated"))
 }
 fn put_u16(b: &mut [u8], o: usize, v: u16) {
     b[o..o + 2].copy_from_slice(&v.to_le_bytes());
@@ -71,15 +81,26 @@ fn layout(pe: &[u8]) -> Result<Layout, UkiError> {
     })
 }
 
-/// The sections of a PE image as (name, virtual address, virtual size, file offset, file size).
-pub fn sections(pe: &[u8]) -> Result<Vec<(String, u32, u32, u32, u32)>, UkiError> {
+/// One section header: (name, virtual address, virtual size, file offset, file size).
+pub type SectionInfo = (String, u32, u32, u32, u32);
+
+/// The sections of a PE image.
+pub fn sections(pe: &[u8]) -> Result<Vec<SectionInfo>, UkiError> {
     let l = layout(pe)?;
     let mut out = Vec::new();
     for i in 0..l.nsections {
         let h = l.section_table + i * SECTION_HEADER;
-        let raw = pe.get(h..h + 8).ok_or(UkiError::NotPe("truncated section table"))?;
+        let raw = pe
+            .get(h..h + 8)
+            .ok_or(UkiError::NotPe("truncated section table"))?;
         let name = String::from_utf8_lossy(raw).trim_end_matches('\0').to_string();
-        out.push((name, u32_at(pe, h + 12)?, u32_at(pe, h + 8)?, u32_at(pe, h + 20)?, u32_at(pe, h + 16)?));
+        out.push((
+            name,
+            u32_at(pe, h + 12)?,
+            u32_at(pe, h + 8)?,
+            u32_at(pe, h + 20)?,
+            u32_at(pe, h + 16)?,
+        ));
     }
     Ok(out)
 }
@@ -88,8 +109,13 @@ pub fn sections(pe: &[u8]) -> Result<Vec<(String, u32, u32, u32, u32)>, UkiError
 pub fn build(stub: &[u8], new_sections: &[(&str, &[u8])]) -> Result<Vec<u8>, UkiError> {
     let l = layout(stub)?;
     let existing = sections(stub)?;
-    let first_data =
-        existing.iter().map(|s| s.3 as usize).filter(|o| *o > 0).min().unwrap_or(l.size_of_headers).min(l.size_of_headers);
+    let first_data = existing
+        .iter()
+        .map(|s| s.3 as usize)
+        .filter(|o| *o > 0)
+        .min()
+        .unwrap_or(l.size_of_headers)
+        .min(l.size_of_headers);
     let headers_end = l.section_table + (l.nsections + new_sections.len()) * SECTION_HEADER;
     if headers_end > first_data {
         return Err(UkiError::NoHeaderRoom {
@@ -102,14 +128,21 @@ pub fn build(stub: &[u8], new_sections: &[(&str, &[u8])]) -> Result<Vec<u8>, Uki
     // Drop a certificate table if the stub has one: appended sections would invalidate it.
     let cert_dir = l.opt + 112 + 4 * 8;
     if u32_at(&img, l.opt + 108)? > 4 {
-        let (off, size) = (u32_at(&img, cert_dir)? as usize, u32_at(&img, cert_dir + 4)? as usize);
+        let (off, size) = (
+            u32_at(&img, cert_dir)? as usize,
+            u32_at(&img, cert_dir + 4)? as usize,
+        );
         if off > 0 && size > 0 && off + size == img.len() {
             img.truncate(off);
         }
         put_u32(&mut img, cert_dir, 0);
         put_u32(&mut img, cert_dir + 4, 0);
     }
-    let mut next_va = existing.iter().map(|s| align(s.1 as usize + s.2 as usize, l.section_align)).max().unwrap_or(0);
+    let mut next_va = existing
+        .iter()
+        .map(|s| align(s.1 as usize + s.2 as usize, l.section_align))
+        .max()
+        .unwrap_or(0);
     let mut init_data = u32_at(&img, l.opt + 8)? as usize;
     for (i, (name, data)) in new_sections.iter().enumerate() {
         if name.len() > 8 {
@@ -128,7 +161,11 @@ pub fn build(stub: &[u8], new_sections: &[(&str, &[u8])]) -> Result<Vec<u8>, Uki
         put_u32(&mut img, h + 12, next_va as u32);
         put_u32(&mut img, h + 16, raw_size as u32);
         put_u32(&mut img, h + 20, file_off as u32);
-        put_u32(&mut img, h + 36, IMAGE_SCN_CNT_INITIALIZED_DATA | IMAGE_SCN_MEM_READ);
+        put_u32(
+            &mut img,
+            h + 36,
+            IMAGE_SCN_CNT_INITIALIZED_DATA | IMAGE_SCN_MEM_READ,
+        );
         next_va = align(next_va + data.len(), l.section_align);
         init_data += raw_size;
     }
@@ -171,7 +208,11 @@ mod tests {
 
     #[test]
     fn sections_are_appended_aligned() {
-        let img = build(&fake_stub(), &[(".osrel", b"ID=nodeos\n"), (".linux", &[7u8; 5000])]).expect("build");
+        let img = build(
+            &fake_stub(),
+            &[(".osrel", b"ID=nodeos\n"), (".linux", &[7u8; 5000])],
+        )
+        .expect("build");
         let s = sections(&img).expect("parse");
         assert_eq!(s.len(), 3);
         assert_eq!(s[1].0, ".osrel");
@@ -191,6 +232,9 @@ mod tests {
 
     #[test]
     fn long_names_are_rejected() {
-        assert!(matches!(build(&fake_stub(), &[(".waytoolong", b"x")]), Err(UkiError::Name(_))));
+        assert!(matches!(
+            build(&fake_stub(), &[(".waytoolong", b"x")]),
+            Err(UkiError::Name(_))
+        ));
     }
 }

@@ -25,11 +25,20 @@ pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u32 = 10;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{source_name}: not valid base64: {reason}")]
-    Base64 { source_name: &'static str, reason: String },
+    Base64 {
+        source_name: &'static str,
+        reason: String,
+    },
     #[error("{source_name}: not a JSON object: {reason}")]
-    Json { source_name: &'static str, reason: String },
+    Json {
+        source_name: &'static str,
+        reason: String,
+    },
     #[error("{source_name}: cannot read: {reason}")]
-    Read { source_name: &'static str, reason: String },
+    Read {
+        source_name: &'static str,
+        reason: String,
+    },
     #[error("{0}")]
     Schema(String),
     #[error("unsupported apiVersion {found:?} (this node understands {API_VERSION:?})")]
@@ -119,8 +128,15 @@ pub struct MachineConfig {
 /// A validated interface setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InterfaceConfig {
-    Dhcp { name: String },
-    Static { name: String, address: Ipv4Addr, prefix: u8, gateway: Option<Ipv4Addr> },
+    Dhcp {
+        name: String,
+    },
+    Static {
+        name: String,
+        address: Ipv4Addr,
+        prefix: u8,
+        gateway: Option<Ipv4Addr>,
+    },
 }
 
 impl Default for MachineConfig {
@@ -140,7 +156,9 @@ impl Default for MachineConfig {
 
 /// Extracts `nodeos.config=` from a kernel command line.
 pub fn cmdline_value(cmdline: &str) -> Option<&str> {
-    cmdline.split_ascii_whitespace().find_map(|tok| tok.strip_prefix(CMDLINE_KEY)?.strip_prefix('='))
+    cmdline
+        .split_ascii_whitespace()
+        .find_map(|tok| tok.strip_prefix(CMDLINE_KEY)?.strip_prefix('='))
 }
 
 fn decode_b64(source_name: &'static str, text: &str) -> Result<Vec<u8>, ConfigError> {
@@ -149,14 +167,22 @@ fn decode_b64(source_name: &'static str, text: &str) -> Result<Vec<u8>, ConfigEr
     let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     std.decode(text)
         .or_else(|_| url.decode(text.trim_end_matches('=')))
-        .map_err(|e| ConfigError::Base64 { source_name, reason: e.to_string() })
+        .map_err(|e| ConfigError::Base64 {
+            source_name,
+            reason: e.to_string(),
+        })
 }
 
 fn parse_object(source_name: &'static str, bytes: &[u8]) -> Result<Value, ConfigError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| ConfigError::Json { source_name, reason: e.to_string() })?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| ConfigError::Json {
+        source_name,
+        reason: e.to_string(),
+    })?;
     if !value.is_object() {
-        return Err(ConfigError::Json { source_name, reason: "the document must be a JSON object".into() });
+        return Err(ConfigError::Json {
+            source_name,
+            reason: "the document must be a JSON object".into(),
+        });
     }
     Ok(value)
 }
@@ -205,22 +231,31 @@ pub fn read_fw_cfg(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ConfigError::Read { source_name: "fw_cfg opt/nodeos/config", reason: e.to_string() }),
+        Err(e) => Err(ConfigError::Read {
+            source_name: "fw_cfg opt/nodeos/config",
+            reason: e.to_string(),
+        }),
     }
 }
 
 fn validate_value(value: Value) -> Result<MachineConfig, ConfigError> {
-    if let Some(v) = value.get("apiVersion") {
-        if v.as_str() != Some(API_VERSION) {
-            return Err(ConfigError::Version { found: v.to_string().trim_matches('"').to_string() });
-        }
+    if let Some(v) = value.get("apiVersion")
+        && v.as_str() != Some(API_VERSION)
+    {
+        return Err(ConfigError::Version {
+            found: v.to_string().trim_matches('"').to_string(),
+        });
     }
-    let doc: MachineConfigDoc = serde_json::from_value(value).map_err(|e| ConfigError::Schema(e.to_string()))?;
+    let doc: MachineConfigDoc =
+        serde_json::from_value(value).map_err(|e| ConfigError::Schema(e.to_string()))?;
     validate(doc)
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { field: field.into(), reason: reason.into() }
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
 }
 
 /// An RFC 1123 hostname: labels of [a-z0-9-], not starting or ending with '-', 63 chars each, 253 total.
@@ -232,41 +267,64 @@ pub fn is_valid_hostname(name: &str) -> bool {
                 && l.len() <= 63
                 && !l.starts_with('-')
                 && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         })
 }
 
 fn parse_cidr(field: &str, text: &str) -> Result<(Ipv4Addr, u8), ConfigError> {
-    let (addr, prefix) = text.split_once('/').ok_or_else(|| invalid(field, "expected ADDRESS/PREFIX"))?;
-    let addr: Ipv4Addr = addr.parse().map_err(|_| invalid(field, format!("{addr:?} is not an IPv4 address")))?;
-    let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32).ok_or_else(|| invalid(field, "prefix must be 0-32"))?;
+    let (addr, prefix) = text
+        .split_once('/')
+        .ok_or_else(|| invalid(field, "expected ADDRESS/PREFIX"))?;
+    let addr: Ipv4Addr = addr
+        .parse()
+        .map_err(|_| invalid(field, format!("{addr:?} is not an IPv4 address")))?;
+    let prefix: u8 = prefix
+        .parse()
+        .ok()
+        .filter(|p| *p <= 32)
+        .ok_or_else(|| invalid(field, "prefix must be 0-32"))?;
     Ok((addr, prefix))
 }
 
 fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
     if doc.api_version != API_VERSION {
-        return Err(ConfigError::Version { found: doc.api_version });
+        return Err(ConfigError::Version {
+            found: doc.api_version,
+        });
     }
-    if let Some(h) = &doc.hostname {
-        if !is_valid_hostname(h) {
-            return Err(invalid("hostname", format!("{h:?} is not a lowercase RFC 1123 hostname")));
-        }
+    if let Some(h) = &doc.hostname
+        && !is_valid_hostname(h)
+    {
+        return Err(invalid(
+            "hostname",
+            format!("{h:?} is not a lowercase RFC 1123 hostname"),
+        ));
     }
     let log_level = doc.log_level.unwrap_or_else(|| "info".into());
     if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-        return Err(invalid("logLevel", "must be one of error, warn, info, debug, trace"));
+        return Err(invalid(
+            "logLevel",
+            "must be one of error, warn, info, debug, trace",
+        ));
     }
     let mut interfaces = Vec::new();
     for (i, itf) in doc.network.interfaces.into_iter().enumerate() {
         let base = format!("network.interfaces[{i}]");
         if itf.name.is_empty() || itf.name.len() >= 16 || itf.name.contains('/') {
-            return Err(invalid(format!("{base}.name"), "must be a Linux interface name (1-15 chars)"));
+            return Err(invalid(
+                format!("{base}.name"),
+                "must be a Linux interface name (1-15 chars)",
+            ));
         }
         match (itf.dhcp, itf.address) {
             (true, Some(_)) => return Err(invalid(base, "set either dhcp or address, not both")),
             (true, None) => {
                 if itf.gateway.is_some() {
-                    return Err(invalid(format!("{base}.gateway"), "only valid with a static address"));
+                    return Err(invalid(
+                        format!("{base}.gateway"),
+                        "only valid with a static address",
+                    ));
                 }
                 interfaces.push(InterfaceConfig::Dhcp { name: itf.name })
             }
@@ -279,18 +337,27 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
                         invalid(format!("{base}.gateway"), format!("{g:?} is not an IPv4 address"))
                     })?),
                 };
-                interfaces.push(InterfaceConfig::Static { name: itf.name, address, prefix, gateway });
+                interfaces.push(InterfaceConfig::Static {
+                    name: itf.name,
+                    address,
+                    prefix,
+                    gateway,
+                });
             }
         }
     }
     let mut nameservers = Vec::new();
     for (i, ns) in doc.network.nameservers.iter().enumerate() {
-        nameservers.push(
-            ns.parse()
-                .map_err(|_| invalid(format!("network.nameservers[{i}]"), format!("{ns:?} is not an IPv4 address")))?,
-        );
+        nameservers.push(ns.parse().map_err(|_| {
+            invalid(
+                format!("network.nameservers[{i}]"),
+                format!("{ns:?} is not an IPv4 address"),
+            )
+        })?);
     }
-    let grace = doc.shutdown_grace_seconds.unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECONDS);
+    let grace = doc
+        .shutdown_grace_seconds
+        .unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECONDS);
     if !(1..=600).contains(&grace) {
         return Err(invalid("shutdownGraceSeconds", "must be between 1 and 600"));
     }
@@ -342,7 +409,10 @@ mod tests {
     #[test]
     fn cmdline_overrides_fw_cfg_fields() {
         let fw = br#"{"apiVersion":"nodeos/v1alpha1","hostname":"from-fwcfg","logLevel":"debug"}"#;
-        let cmdline = format!("quiet nodeos.config={} panic=-1", b64(r#"{"hostname":"from-cmdline"}"#));
+        let cmdline = format!(
+            "quiet nodeos.config={} panic=-1",
+            b64(r#"{"hostname":"from-cmdline"}"#)
+        );
         let cfg = load(Some(fw), &cmdline).expect("valid").expect("present");
         assert_eq!(cfg.hostname.as_deref(), Some("from-cmdline"));
         assert_eq!(cfg.log_level, "debug");
@@ -350,14 +420,18 @@ mod tests {
 
     #[test]
     fn unknown_field_is_rejected_with_its_name() {
-        let err = load(Some(br#"{"apiVersion":"nodeos/v1alpha1","hostnme":"x"}"#), "").expect_err("must fail");
+        let err =
+            load(Some(br#"{"apiVersion":"nodeos/v1alpha1","hostnme":"x"}"#), "").expect_err("must fail");
         assert!(err.to_string().contains("unknown field `hostnme`"), "{err}");
     }
 
     #[test]
     fn wrong_version_is_rejected() {
         let err = load(Some(br#"{"apiVersion":"nodeos/v9","hostname":"x"}"#), "").expect_err("must fail");
-        assert!(err.to_string().contains("unsupported apiVersion \"nodeos/v9\""), "{err}");
+        assert!(
+            err.to_string().contains("unsupported apiVersion \"nodeos/v9\""),
+            "{err}"
+        );
     }
 
     #[test]
@@ -369,7 +443,10 @@ mod tests {
     #[test]
     fn bad_values_name_the_field() {
         let cases: &[(&str, &str)] = &[
-            (r#"{"apiVersion":"nodeos/v1alpha1","hostname":"Bad_Host"}"#, "invalid field hostname"),
+            (
+                r#"{"apiVersion":"nodeos/v1alpha1","hostname":"Bad_Host"}"#,
+                "invalid field hostname",
+            ),
             (
                 r#"{"apiVersion":"nodeos/v1alpha1","network":{"interfaces":[{"name":"eth0","address":"10.0.0.1/40"}]}}"#,
                 "invalid field network.interfaces[0].address",
@@ -378,8 +455,14 @@ mod tests {
                 r#"{"apiVersion":"nodeos/v1alpha1","network":{"interfaces":[{"name":"eth0"}]}}"#,
                 "invalid field network.interfaces[0]: set dhcp",
             ),
-            (r#"{"apiVersion":"nodeos/v1alpha1","shutdownGraceSeconds":0}"#, "invalid field shutdownGraceSeconds"),
-            (r#"{"apiVersion":"nodeos/v1alpha1","onReady":"explode"}"#, "unknown variant `explode`"),
+            (
+                r#"{"apiVersion":"nodeos/v1alpha1","shutdownGraceSeconds":0}"#,
+                "invalid field shutdownGraceSeconds",
+            ),
+            (
+                r#"{"apiVersion":"nodeos/v1alpha1","onReady":"explode"}"#,
+                "unknown variant `explode`",
+            ),
         ];
         for (doc, want) in cases {
             let err = load(Some(doc.as_bytes()), "").expect_err(doc);
@@ -390,9 +473,17 @@ mod tests {
     #[test]
     fn malformed_sources_are_named() {
         let err = load(Some(b"{not json"), "").expect_err("must fail");
-        assert!(err.to_string().starts_with("fw_cfg opt/nodeos/config: not a JSON object"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("fw_cfg opt/nodeos/config: not a JSON object"),
+            "{err}"
+        );
         let err = load(None, "nodeos.config=!!!").expect_err("must fail");
-        assert!(err.to_string().starts_with("kernel command line nodeos.config: not valid base64"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("kernel command line nodeos.config: not valid base64"),
+            "{err}"
+        );
         let err = load(Some(b"[1,2]"), "").expect_err("must fail");
         assert!(err.to_string().contains("must be a JSON object"), "{err}");
     }

@@ -93,7 +93,11 @@ pub fn parse(xid: u32, pkt: &[u8]) -> Option<Reply> {
             (1, 4) => lease.prefix = u32::from(ip(val)).count_ones() as u8,
             (3, l) if l >= 4 => lease.router = Some(ip(val)),
             (6, l) if l >= 4 => lease.dns = val.chunks_exact(4).map(ip).collect(),
-            (12, l) if l > 0 => lease.hostname = std::str::from_utf8(val).ok().map(|s| s.trim_end_matches('\0').to_string()),
+            (12, l) if l > 0 => {
+                lease.hostname = std::str::from_utf8(val)
+                    .ok()
+                    .map(|s| s.trim_end_matches('\0').to_string())
+            }
             (51, 4) => lease.lease_seconds = u32::from_be_bytes([val[0], val[1], val[2], val[3]]),
             (54, 4) => lease.server = ip(val),
             _ => {}
@@ -116,7 +120,13 @@ pub enum DhcpError {
     Nak,
 }
 
-fn wait_for(sock: &UdpSocket, xid: u32, want: u8, deadline: Instant, what: &'static str) -> Result<Lease, DhcpError> {
+fn wait_for(
+    sock: &UdpSocket,
+    xid: u32,
+    want: u8,
+    deadline: Instant,
+    what: &'static str,
+) -> Result<Lease, DhcpError> {
     let mut buf = [0u8; 1500];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -142,8 +152,12 @@ fn wait_for(sock: &UdpSocket, xid: u32, want: u8, deadline: Instant, what: &'sta
 /// `per_try` to wait for each answer.
 pub fn acquire(ifname: &str, mac: [u8; 6], attempts: u32, per_try: Duration) -> Result<Lease, DhcpError> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68))?;
-    nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::BindToDevice, &std::ffi::OsString::from(ifname))
-        .map_err(DhcpError::BindDevice)?;
+    nix::sys::socket::setsockopt(
+        &sock,
+        nix::sys::socket::sockopt::BindToDevice,
+        &std::ffi::OsString::from(ifname),
+    )
+    .map_err(DhcpError::BindDevice)?;
     sock.set_broadcast(true)?;
     let server = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
     let mut last = DhcpError::Timeout("DHCPOFFER", per_try);
@@ -178,8 +192,12 @@ mod tests {
         p[4..8].copy_from_slice(&xid.to_be_bytes());
         p[16..20].copy_from_slice(&[10, 0, 2, 15]);
         p.extend_from_slice(&MAGIC);
-        p.extend_from_slice(&[53, 1, kind, 1, 4, 255, 255, 255, 0, 3, 4, 10, 0, 2, 2, 6, 8, 10, 0, 2, 3, 1, 1, 1, 1]);
-        p.extend_from_slice(&[54, 4, 10, 0, 2, 2, 51, 4, 0, 1, 81, 128, 12, 3, b'v', b'm', b'1', 0, 255]);
+        p.extend_from_slice(&[
+            53, 1, kind, 1, 4, 255, 255, 255, 0, 3, 4, 10, 0, 2, 2, 6, 8, 10, 0, 2, 3, 1, 1, 1, 1,
+        ]);
+        p.extend_from_slice(&[
+            54, 4, 10, 0, 2, 2, 51, 4, 0, 1, 81, 128, 12, 3, b'v', b'm', b'1', 0, 255,
+        ]);
         p
     }
 
@@ -190,7 +208,10 @@ mod tests {
         assert_eq!(r.lease.address, Ipv4Addr::new(10, 0, 2, 15));
         assert_eq!(r.lease.prefix, 24);
         assert_eq!(r.lease.router, Some(Ipv4Addr::new(10, 0, 2, 2)));
-        assert_eq!(r.lease.dns, vec![Ipv4Addr::new(10, 0, 2, 3), Ipv4Addr::new(1, 1, 1, 1)]);
+        assert_eq!(
+            r.lease.dns,
+            vec![Ipv4Addr::new(10, 0, 2, 3), Ipv4Addr::new(1, 1, 1, 1)]
+        );
         assert_eq!(r.lease.server, Ipv4Addr::new(10, 0, 2, 2));
         assert_eq!(r.lease.lease_seconds, 86400);
         assert_eq!(r.lease.hostname.as_deref(), Some("vm1"));
@@ -208,7 +229,11 @@ mod tests {
 
     #[test]
     fn request_carries_address_and_server() {
-        let p = encode(1, [2, 0, 0, 0, 0, 1], Some((Ipv4Addr::new(10, 0, 2, 15), Ipv4Addr::new(10, 0, 2, 2))));
+        let p = encode(
+            1,
+            [2, 0, 0, 0, 0, 1],
+            Some((Ipv4Addr::new(10, 0, 2, 15), Ipv4Addr::new(10, 0, 2, 2))),
+        );
         assert_eq!(&p[236..240], &MAGIC);
         assert_eq!(&p[240..243], &[53, 1, DHCPREQUEST]);
         assert_eq!(&p[243..249], &[50, 4, 10, 0, 2, 15]);

@@ -7,8 +7,8 @@
 pub mod config;
 pub mod dhcp;
 pub mod log;
-pub mod mounts;
 pub mod modules;
+pub mod mounts;
 pub mod network;
 pub mod supervisor;
 pub mod sys;
@@ -32,7 +32,11 @@ pub fn run_pid1() -> ! {
     if let Err(e) = masked {
         tracing::error!(error = %e, "cannot block signals");
     }
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), boot_ms = sys::boot_ms(), "starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        boot_ms = sys::boot_ms(),
+        "starting"
+    );
     let action = match std::panic::catch_unwind(boot_and_supervise) {
         Ok(action) => action,
         Err(_) => {
@@ -54,12 +58,20 @@ fn boot_and_supervise() -> Shutdown {
         tracing::warn!(error = %e, "cannot take over ctrl-alt-del");
     }
     let (report, _background) = modules::load(Path::new(modules::LOAD_LIST));
-    tracing::info!(loaded = report.loaded, builtin_or_loaded = report.already, failed = report.failed,
-        ms = report.millis as u64, boot_ms = sys::boot_ms(), "modules");
+    tracing::info!(
+        loaded = report.loaded,
+        builtin_or_loaded = report.already,
+        failed = report.failed,
+        ms = report.millis as u64,
+        boot_ms = sys::boot_ms(),
+        "modules"
+    );
     if mounts::root_is_initramfs() {
         match mounts::switch_to_tmpfs(&["etc"]) {
             Ok(()) => tracing::info!(boot_ms = sys::boot_ms(), "root moved to tmpfs"),
-            Err(e) => tracing::error!(error = %e, "cannot move root to tmpfs; containers will not be able to pivot_root"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot move root to tmpfs; containers will not be able to pivot_root")
+            }
         }
     }
     match mounts::mount_cgroup2() {
@@ -74,7 +86,10 @@ fn boot_and_supervise() -> Shutdown {
         Err(e) => tracing::warn!(hostname = %hostname, error = %e, "cannot set hostname"),
     }
     let _ = std::fs::write("/etc/hostname", format!("{hostname}\n"));
-    let _ = std::fs::write("/etc/hosts", format!("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {hostname}\n"));
+    let _ = std::fs::write(
+        "/etc/hosts",
+        format!("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {hostname}\n"),
+    );
 
     let mut sup = match Supervisor::new() {
         Ok(s) => s,
@@ -84,11 +99,23 @@ fn boot_and_supervise() -> Shutdown {
         }
     };
     let program = NODE_BIN.to_string();
-    sup.add(ServiceSpec { name: "agent".into(), program: program.clone(), args: vec!["agent".into()] });
+    sup.add(ServiceSpec {
+        name: "agent".into(),
+        program: program.clone(),
+        args: vec!["agent".into()],
+    });
     if cfg.crash_service {
-        sup.add(ServiceSpec { name: "crashtest".into(), program, args: vec!["crashtest".into()] });
+        sup.add(ServiceSpec {
+            name: "crashtest".into(),
+            program,
+            args: vec!["crashtest".into()],
+        });
     }
-    tracing::info!(boot_ms = sys::boot_ms(), power_buttons = sup.power_buttons(), "ready");
+    tracing::info!(
+        boot_ms = sys::boot_ms(),
+        power_buttons = sup.power_buttons(),
+        "ready"
+    );
     let immediate = match cfg.on_ready {
         OnReady::Run => None,
         OnReady::Poweroff => Some(Shutdown::Poweroff),

@@ -37,7 +37,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
         let level = *event.metadata().level();
         write!(writer, "{}: ", self.role)?;
         if level == Level::ERROR {
@@ -59,7 +64,9 @@ struct LineWriter {
 impl LineWriter {
     fn new() -> Self {
         let kmsg = OpenOptions::new().write(true).open("/dev/kmsg").ok();
-        Self { kmsg: Arc::new(Mutex::new(kmsg)) }
+        Self {
+            kmsg: Arc::new(Mutex::new(kmsg)),
+        }
     }
 }
 
@@ -87,12 +94,12 @@ impl Drop for EventBuffer {
         }
         // Errors writing a log line have nowhere to go; they are dropped on purpose.
         let _ = io::stderr().write_all(&self.buf);
-        if let Ok(mut guard) = self.kmsg.lock() {
-            if let Some(kmsg) = guard.as_mut() {
-                let mut rec = format!("<{}>", self.priority).into_bytes();
-                rec.extend_from_slice(&self.buf);
-                let _ = kmsg.write_all(&rec);
-            }
+        if let Ok(mut guard) = self.kmsg.lock()
+            && let Some(kmsg) = guard.as_mut()
+        {
+            let mut rec = format!("<{}>", self.priority).into_bytes();
+            rec.extend_from_slice(&self.buf);
+            let _ = kmsg.write_all(&rec);
         }
     }
 }
@@ -101,7 +108,11 @@ impl<'a> MakeWriter<'a> for LineWriter {
     type Writer = EventBuffer;
 
     fn make_writer(&'a self) -> Self::Writer {
-        EventBuffer { buf: Vec::new(), priority: 6, kmsg: self.kmsg.clone() }
+        EventBuffer {
+            buf: Vec::new(),
+            priority: 6,
+            kmsg: self.kmsg.clone(),
+        }
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
@@ -111,6 +122,10 @@ impl<'a> MakeWriter<'a> for LineWriter {
             Level::INFO => 6,
             _ => 7,
         };
-        EventBuffer { buf: Vec::new(), priority, kmsg: self.kmsg.clone() }
+        EventBuffer {
+            buf: Vec::new(),
+            priority,
+            kmsg: self.kmsg.clone(),
+        }
     }
 }

@@ -71,7 +71,15 @@ pub fn load(list: &Path) -> (LoadReport, Option<JoinHandle<()>>) {
         }
     };
     let (early, late) = split_list(&text);
-    let open = |paths: Vec<String>| paths.into_iter().map(|p| { let f = File::open(&p); (p, f) }).collect::<Vec<_>>();
+    let open = |paths: Vec<String>| {
+        paths
+            .into_iter()
+            .map(|p| {
+                let f = File::open(&p);
+                (p, f)
+            })
+            .collect::<Vec<_>>()
+    };
     let early = load_files(open(early));
     let late = open(late);
     let handle = std::thread::Builder::new().name("modules".into()).spawn(move || {
@@ -79,8 +87,13 @@ pub fn load(list: &Path) -> (LoadReport, Option<JoinHandle<()>>) {
             tracing::debug!(error = %e, "cannot lower the module loader's priority");
         }
         let r = load_files(late);
-        tracing::info!(loaded = r.loaded, builtin_or_loaded = r.already, failed = r.failed, ms = r.millis as u64,
-            "modules done");
+        tracing::info!(
+            loaded = r.loaded,
+            builtin_or_loaded = r.already,
+            failed = r.failed,
+            ms = r.millis as u64,
+            "modules done"
+        );
         let marker = Path::new(DONE_MARKER);
         if let Some(dir) = marker.parent() {
             let _ = std::fs::create_dir_all(dir);

@@ -24,9 +24,17 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     #[error("mount {fstype} on {target}: {source}")]
-    Mount { fstype: &'static str, target: String, source: nix::Error },
+    Mount {
+        fstype: &'static str,
+        target: String,
+        source: nix::Error,
+    },
     #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("{op}: {source}")]
     Sys { op: &'static str, source: nix::Error },
 }
@@ -34,37 +42,69 @@ pub enum MountError {
 type Result<T> = std::result::Result<T, MountError>;
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> MountError + 'a {
-    move |source| MountError::Io { op, path: path.to_path_buf(), source }
+    move |source| MountError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn mkdir(path: &Path, mode: u32) -> Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(mode).create(path).map_err(io_err("mkdir", path))
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(io_err("mkdir", path))
 }
 
 fn mount_fs(fstype: &'static str, target: &str, flags: MsFlags, data: Option<&str>) -> Result<()> {
     mkdir(Path::new(target), 0o755)?;
-    mount(Some(fstype), target, Some(fstype), flags, data)
-        .map_err(|source| MountError::Mount { fstype, target: target.into(), source })
+    mount(Some(fstype), target, Some(fstype), flags, data).map_err(|source| MountError::Mount {
+        fstype,
+        target: target.into(),
+        source,
+    })
 }
 
-const NOSUID_NODEV_NOEXEC: MsFlags =
-    MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV).union(MsFlags::MS_NOEXEC);
+const NOSUID_NODEV_NOEXEC: MsFlags = MsFlags::MS_NOSUID
+    .union(MsFlags::MS_NODEV)
+    .union(MsFlags::MS_NOEXEC);
 
 /// Mounts /proc, /sys, /dev (devtmpfs), /dev/pts, /dev/shm and /run.
 pub fn mount_early() -> Result<()> {
     mount_fs("proc", "/proc", NOSUID_NODEV_NOEXEC, None)?;
     mount_fs("sysfs", "/sys", NOSUID_NODEV_NOEXEC, None)?;
     mount_fs("devtmpfs", "/dev", MsFlags::MS_NOSUID, Some("mode=0755"))?;
-    mount_fs("devpts", "/dev/pts", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("gid=5,mode=620,ptmxmode=666"))?;
-    mount_fs("tmpfs", "/dev/shm", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))?;
-    mount_fs("tmpfs", "/run", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=0755"))?;
+    mount_fs(
+        "devpts",
+        "/dev/pts",
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("gid=5,mode=620,ptmxmode=666"),
+    )?;
+    mount_fs(
+        "tmpfs",
+        "/dev/shm",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    mount_fs(
+        "tmpfs",
+        "/run",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755"),
+    )?;
     Ok(())
 }
 
 /// Mounts cgroup2 at /sys/fs/cgroup and enables the controllers the node needs for children.
 /// Returns the controllers now enabled in the root's `cgroup.subtree_control`.
 pub fn mount_cgroup2() -> Result<String> {
-    mount_fs("cgroup2", "/sys/fs/cgroup", NOSUID_NODEV_NOEXEC, Some("nsdelegate,memory_recursiveprot"))?;
+    mount_fs(
+        "cgroup2",
+        "/sys/fs/cgroup",
+        NOSUID_NODEV_NOEXEC,
+        Some("nsdelegate,memory_recursiveprot"),
+    )?;
     let ctl = Path::new("/sys/fs/cgroup/cgroup.subtree_control");
     let available = fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").map_err(io_err("read", ctl))?;
     let enable: Vec<String> = ["cpu", "memory", "pids", "io", "cpuset", "hugetlb"]
@@ -73,13 +113,19 @@ pub fn mount_cgroup2() -> Result<String> {
         .map(|c| format!("+{c}"))
         .collect();
     fs::write(ctl, enable.join(" ")).map_err(io_err("write", ctl))?;
-    Ok(fs::read_to_string(ctl).map_err(io_err("read", ctl))?.trim().to_string())
+    Ok(fs::read_to_string(ctl)
+        .map_err(io_err("read", ctl))?
+        .trim()
+        .to_string())
 }
 
 /// Returns true when `/` is the initramfs (`rootfs`), i.e. when [`switch_to_tmpfs`] is needed.
 pub fn root_is_initramfs() -> bool {
     fs::read_to_string("/proc/self/mountinfo")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(4) == Some("/") && l.contains(" - rootfs ")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(4) == Some("/") && l.contains(" - rootfs "))
+        })
         .unwrap_or(false)
 }
 
@@ -88,8 +134,18 @@ pub fn root_is_initramfs() -> bool {
 pub fn switch_to_tmpfs(keep: &[&str]) -> Result<()> {
     let new_root = Path::new("/newroot");
     mkdir(new_root, 0o755)?;
-    mount(Some("tmpfs"), new_root, Some("tmpfs"), MsFlags::empty(), Some("mode=0755"))
-        .map_err(|source| MountError::Mount { fstype: "tmpfs", target: "/newroot".into(), source })?;
+    mount(
+        Some("tmpfs"),
+        new_root,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )
+    .map_err(|source| MountError::Mount {
+        fstype: "tmpfs",
+        target: "/newroot".into(),
+        source,
+    })?;
     for rel in keep {
         let src = Path::new("/").join(rel);
         if src.symlink_metadata().is_ok() {
@@ -98,25 +154,47 @@ pub fn switch_to_tmpfs(keep: &[&str]) -> Result<()> {
     }
     // Keep a handle on the initramfs root: once the tmpfs is `/` it is no longer reachable by
     // path, and its files are freed in the background through this handle.
-    let old_root = Dir::open("/", OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|source| MountError::Sys { op: "open /", source })?;
+    let old_root = Dir::open(
+        "/",
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| MountError::Sys { op: "open /", source })?;
     let root_dev = fs::metadata("/").map_err(io_err("stat", Path::new("/")))?.dev();
     for m in ["/proc", "/sys", "/dev", "/run"] {
         let target = new_root.join(&m[1..]);
         mkdir(&target, 0o755)?;
-        mount(Some(m), &target, None::<&str>, MsFlags::MS_MOVE, None::<&str>)
-            .map_err(|source| MountError::Mount { fstype: "move", target: target.display().to_string(), source })?;
+        mount(Some(m), &target, None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(|source| {
+            MountError::Mount {
+                fstype: "move",
+                target: target.display().to_string(),
+                source,
+            }
+        })?;
     }
-    nix::unistd::chdir(new_root).map_err(|source| MountError::Sys { op: "chdir /newroot", source })?;
-    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
-        .map_err(|source| MountError::Mount { fstype: "move", target: "/".into(), source })?;
+    nix::unistd::chdir(new_root).map_err(|source| MountError::Sys {
+        op: "chdir /newroot",
+        source,
+    })?;
+    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(|source| {
+        MountError::Mount {
+            fstype: "move",
+            target: "/".into(),
+            source,
+        }
+    })?;
     nix::unistd::chroot(".").map_err(|source| MountError::Sys { op: "chroot", source })?;
-    nix::unistd::chdir("/").map_err(|source| MountError::Sys { op: "chdir /", source })?;
-    let freeing = std::thread::Builder::new().name("free-initramfs".into()).spawn(move || {
-        let _ = crate::sys::make_thread_idle();
-        let mut old_root = old_root;
-        remove_children(&mut old_root, root_dev);
-    });
+    nix::unistd::chdir("/").map_err(|source| MountError::Sys {
+        op: "chdir /",
+        source,
+    })?;
+    let freeing = std::thread::Builder::new()
+        .name("free-initramfs".into())
+        .spawn(move || {
+            let _ = crate::sys::make_thread_idle();
+            let mut old_root = old_root;
+            remove_children(&mut old_root, root_dev);
+        });
     if let Err(e) = freeing {
         tracing::warn!(error = %e, "cannot free the initramfs");
     }
@@ -134,8 +212,10 @@ fn remove_children(dir: &mut Dir, dev: u64) {
         .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
         .collect();
     for name in names {
-        let Ok(st) = fstatat(Some(fd), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
-        if st.st_dev as u64 != dev {
+        let Ok(st) = fstatat(Some(fd), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if st.st_dev != dev {
             continue;
         }
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
@@ -167,7 +247,8 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
             mkdir(parent, 0o755)?;
         }
         fs::copy(src, dst).map_err(io_err("copy", src))?;
-        fs::set_permissions(dst, fs::Permissions::from_mode(meta.mode() & 0o7777)).map_err(io_err("chmod", dst))?;
+        fs::set_permissions(dst, fs::Permissions::from_mode(meta.mode() & 0o7777))
+            .map_err(io_err("chmod", dst))?;
     }
     // Device nodes and fifos are not carried over: devtmpfs provides /dev.
     Ok(())
@@ -176,24 +257,40 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
 /// Unmounts everything but `/`, deepest first, at shutdown. Busy mounts are detached lazily.
 /// Returns how many mounts were unmounted.
 pub fn unmount_all() -> usize {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else { return 0 };
-    let mut points: Vec<String> =
-        info.lines().filter_map(|l| l.split_whitespace().nth(4)).filter(|p| *p != "/").map(unescape).collect();
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return 0;
+    };
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .filter(|p| *p != "/")
+        .map(unescape)
+        .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
     let mut n = 0;
     for p in points {
-        if umount2(p.as_str(), MntFlags::empty()).is_ok() || umount2(p.as_str(), MntFlags::MNT_DETACH).is_ok() {
+        if umount2(p.as_str(), MntFlags::empty()).is_ok() || umount2(p.as_str(), MntFlags::MNT_DETACH).is_ok()
+        {
             n += 1;
         }
     }
     // Make the root read-only so nothing is half-written when the machine goes down.
-    let _ = mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY, None::<&str>);
+    let _ = mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+        None::<&str>,
+    );
     n
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.
 fn unescape(p: &str) -> String {
-    p.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    p.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 #[cfg(test)]

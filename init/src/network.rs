@@ -40,7 +40,10 @@ pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
         tracing::warn!(error = %e, "loopback up failed");
     }
     let plan: Vec<InterfaceConfig> = if cfg.interfaces.is_empty() {
-        physical_interfaces(Path::new("/sys/class/net")).into_iter().map(|name| InterfaceConfig::Dhcp { name }).collect()
+        physical_interfaces(Path::new("/sys/class/net"))
+            .into_iter()
+            .map(|name| InterfaceConfig::Dhcp { name })
+            .collect()
     } else {
         cfg.interfaces.clone()
     };
@@ -68,7 +71,9 @@ pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
             }
         }
     }
-    if let Err(e) = std::fs::create_dir_all("/etc").and_then(|()| std::fs::write("/etc/resolv.conf", resolv_conf(&dns))) {
+    if let Err(e) =
+        std::fs::create_dir_all("/etc").and_then(|()| std::fs::write("/etc/resolv.conf", resolv_conf(&dns)))
+    {
         tracing::warn!(error = %e, "cannot write /etc/resolv.conf");
     }
     done
@@ -76,7 +81,12 @@ pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
 
 fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
     match itf {
-        InterfaceConfig::Static { name, address, prefix, gateway } => {
+        InterfaceConfig::Static {
+            name,
+            address,
+            prefix,
+            gateway,
+        } => {
             sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
             sys::set_ipv4(name, *address, *prefix).map_err(|e| format!("set address: {e}"))?;
             if let Some(gw) = gateway {
@@ -94,7 +104,8 @@ fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
         InterfaceConfig::Dhcp { name } => {
             sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
             let mac = sys::hw_addr(name).map_err(|e| format!("hardware address: {e}"))?;
-            let lease = dhcp::acquire(name, mac, 4, Duration::from_millis(1500)).map_err(|e| format!("dhcp: {e}"))?;
+            let lease =
+                dhcp::acquire(name, mac, 4, Duration::from_millis(1500)).map_err(|e| format!("dhcp: {e}"))?;
             sys::set_ipv4(name, lease.address, lease.prefix).map_err(|e| format!("set address: {e}"))?;
             if let Some(gw) = lease.router {
                 sys::add_default_route(name, gw).map_err(|e| format!("default route: {e}"))?;
@@ -125,12 +136,14 @@ pub fn choose_hostname(cfg: &MachineConfig, configured: &[Configured]) -> String
     if let Some(h) = &cfg.hostname {
         return h.clone();
     }
-    if let Some(h) = configured.iter().find_map(|c| c.dhcp_hostname.clone()) {
-        if crate::config::is_valid_hostname(&h) {
-            return h;
-        }
+    if let Some(h) = configured.iter().find_map(|c| c.dhcp_hostname.clone())
+        && crate::config::is_valid_hostname(&h)
+    {
+        return h;
     }
-    let mac = physical_interfaces(Path::new("/sys/class/net")).first().and_then(|n| sys::hw_addr(n).ok());
+    let mac = physical_interfaces(Path::new("/sys/class/net"))
+        .first()
+        .and_then(|n| sys::hw_addr(n).ok());
     match mac {
         Some(m) => format!("node-{:02x}{:02x}{:02x}", m[3], m[4], m[5]),
         None => "node".into(),
@@ -151,7 +164,10 @@ mod tests {
 
     #[test]
     fn configured_hostname_wins() {
-        let cfg = MachineConfig { hostname: Some("n1".into()), ..MachineConfig::default() };
+        let cfg = MachineConfig {
+            hostname: Some("n1".into()),
+            ..MachineConfig::default()
+        };
         assert_eq!(choose_hostname(&cfg, &[]), "n1");
     }
 }

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,9 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { next: BACKOFF_INITIAL }
+        Self {
+            next: BACKOFF_INITIAL,
+        }
     }
 }
 
@@ -123,7 +126,14 @@ pub fn block_handled_signals() -> Result<(), SupervisorError> {
 
 fn handled_signals() -> SigSet {
     let mut set = SigSet::empty();
-    for s in [Signal::SIGCHLD, Signal::SIGINT, Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPWR] {
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGPWR,
+    ] {
         set.add(s);
     }
     set
@@ -135,16 +145,22 @@ impl Supervisor {
     pub fn new() -> Result<Self, SupervisorError> {
         let set = handled_signals();
         block_handled_signals()?;
-        let signals =
-            SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).map_err(SupervisorError::SignalFd)?;
-        Ok(Self { services: Vec::new(), signals, inputs: open_power_buttons() })
+        let signals = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(SupervisorError::SignalFd)?;
+        Ok(Self {
+            services: Vec::new(),
+            signals,
+            inputs: open_power_buttons(),
+        })
     }
 
     /// Adds and starts a service.
     pub fn add(&mut self, spec: ServiceSpec) {
         let mut svc = Service {
             spec,
-            state: ServiceState::Waiting { until: Instant::now() },
+            state: ServiceState::Waiting {
+                until: Instant::now(),
+            },
             backoff: Backoff::default(),
             restarts: 0,
         };
@@ -167,10 +183,10 @@ impl Supervisor {
         loop {
             let now = Instant::now();
             for svc in &mut self.services {
-                if let ServiceState::Waiting { until } = svc.state {
-                    if until <= now {
-                        start(svc);
-                    }
+                if let ServiceState::Waiting { until } = svc.state
+                    && until <= now
+                {
+                    start(svc);
                 }
             }
             let next_wake = self
@@ -182,11 +198,17 @@ impl Supervisor {
                 })
                 .min();
             let timeout = match next_wake {
-                Some(d) => PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX),
+                Some(d) => {
+                    PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+                }
                 None => PollTimeout::NONE,
             };
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-            fds.extend(self.inputs.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)));
+            fds.extend(
+                self.inputs
+                    .iter()
+                    .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)),
+            );
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => {
@@ -194,13 +216,15 @@ impl Supervisor {
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            let ready: Vec<bool> =
-                fds.iter().map(|f| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN))).collect();
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+                .collect();
             drop(fds);
-            if ready.first() == Some(&true) {
-                if let Some(s) = self.drain_signals() {
-                    return s;
-                }
+            if ready.first() == Some(&true)
+                && let Some(s) = self.drain_signals()
+            {
+                return s;
             }
             for (i, is_ready) in ready.iter().enumerate().skip(1) {
                 if *is_ready && power_key_pressed(&mut self.inputs[i - 1]) {
@@ -251,8 +275,10 @@ impl Supervisor {
     }
 
     fn on_child_exit(&mut self, pid: Pid, status: WaitStatus) {
-        let Some(svc) =
-            self.services.iter_mut().find(|s| matches!(s.state, ServiceState::Running { pid: p, .. } if p == pid))
+        let Some(svc) = self
+            .services
+            .iter_mut()
+            .find(|s| matches!(s.state, ServiceState::Running { pid: p, .. } if p == pid))
         else {
             tracing::debug!(pid = pid.as_raw(), status = %describe(status), "reaped orphan");
             return;
@@ -265,7 +291,9 @@ impl Supervisor {
         svc.restarts += 1;
         tracing::warn!(service = %svc.spec.name, status = %describe(status), ran_ms = ran.as_millis() as u64,
             restarts = svc.restarts, restart_in_ms = delay.as_millis() as u64, "service exited");
-        svc.state = ServiceState::Waiting { until: Instant::now() + delay };
+        svc.state = ServiceState::Waiting {
+            until: Instant::now() + delay,
+        };
     }
 
     /// Orderly stop: SIGTERM to every service, wait up to `grace`, then SIGKILL everything left.
@@ -279,7 +307,10 @@ impl Supervisor {
         while Instant::now() < deadline && self.any_running() {
             let left = deadline.saturating_duration_since(Instant::now());
             let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(&mut fds, PollTimeout::try_from(left.as_millis().min(1000) as i32).unwrap_or(PollTimeout::MAX));
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(left.as_millis().min(1000) as i32).unwrap_or(PollTimeout::MAX),
+            );
             while let Ok(Some(_)) = self.signals.read_signal() {}
             self.reap_stopping();
         }
@@ -305,7 +336,9 @@ impl Supervisor {
     }
 
     fn any_running(&self) -> bool {
-        self.services.iter().any(|s| matches!(s.state, ServiceState::Running { .. }))
+        self.services
+            .iter()
+            .any(|s| matches!(s.state, ServiceState::Running { .. }))
     }
 
     fn reap_stopping(&mut self) {
@@ -317,7 +350,9 @@ impl Supervisor {
                     for svc in &mut self.services {
                         if matches!(svc.state, ServiceState::Running { pid: p, .. } if p == pid) {
                             tracing::info!(service = %svc.spec.name, status = %describe(status), "service stopped");
-                            svc.state = ServiceState::Waiting { until: Instant::now() + BACKOFF_MAX };
+                            svc.state = ServiceState::Waiting {
+                                until: Instant::now() + BACKOFF_MAX,
+                            };
                         }
                     }
                 }
@@ -343,20 +378,27 @@ fn start(svc: &mut Service) {
             tracing::info!(service = %svc.spec.name, pid = pid.as_raw(), boot_ms = crate::sys::boot_ms(), "service started");
             // The child is reaped by the supervisor's waitpid(-1), never through `Child`.
             drop(child);
-            svc.state = ServiceState::Running { pid, since: Instant::now() };
+            svc.state = ServiceState::Running {
+                pid,
+                since: Instant::now(),
+            };
         }
         Err(e) => {
             let delay = svc.backoff.on_exit(Duration::ZERO);
             tracing::error!(service = %svc.spec.name, error = %e, restart_in_ms = delay.as_millis() as u64,
                 "service failed to start");
-            svc.state = ServiceState::Waiting { until: Instant::now() + delay };
+            svc.state = ServiceState::Waiting {
+                until: Instant::now() + delay,
+            };
         }
     }
 }
 
 /// Opens the input devices that report a power key (ACPI power button on x86, gpio-keys on arm64).
 fn open_power_buttons() -> Vec<File> {
-    let Ok(rd) = std::fs::read_dir("/sys/class/input") else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir("/sys/class/input") else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -369,23 +411,16 @@ fn open_power_buttons() -> Vec<File> {
             continue;
         }
         let path = format!("/dev/input/{name}");
-        match std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(&path) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+        {
             Ok(f) => out.push(f),
             Err(e) => tracing::warn!(device = %path, error = %e, "cannot open power button"),
         }
     }
     out
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-    }
 }
 
 /// Whether a sysfs key-capability bitmap (space-separated hex words, most significant first)
@@ -398,7 +433,9 @@ pub fn has_key(caps: &str, code: u16) -> bool {
         return false;
     }
     let word = words[words.len() - 1 - idx];
-    usize::from_str_radix(word, 16).map(|w| w & (1 << (code as usize % bits)) != 0).unwrap_or(false)
+    usize::from_str_radix(word, 16)
+        .map(|w| w & (1 << (code as usize % bits)) != 0)
+        .unwrap_or(false)
 }
 
 /// Reads pending input events; true if one was a power-key press.

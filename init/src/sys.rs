@@ -11,12 +11,20 @@ const MODULE_INIT_COMPRESSED_FILE: libc::c_uint = 4;
 
 /// Loads a kernel module from an open `.ko`/`.ko.xz` file.
 pub fn finit_module(file: &std::fs::File, compressed: bool) -> io::Result<()> {
-    let flags = if compressed { MODULE_INIT_COMPRESSED_FILE } else { 0 };
+    let flags = if compressed {
+        MODULE_INIT_COMPRESSED_FILE
+    } else {
+        0
+    };
     let params = c"";
     // SAFETY: the fd is valid for the duration of the call (borrowed from `file`), `params` is a
     // NUL-terminated string that outlives the call, and the syscall does not retain either.
     let rc = unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), flags) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// A datagram socket used only as a handle for interface ioctls.
@@ -34,7 +42,10 @@ fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
     let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let bytes = cname.as_bytes_with_nul();
     if bytes.len() > libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     // SAFETY: ifreq is a plain C struct of integers and unions of integers; all-zero is valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -51,7 +62,11 @@ fn ioctl(sock: &OwnedFd, request: libc::c_ulong, req: *mut libc::c_void) -> io::
     // SAFETY: callers pass a pointer to a live, correctly sized struct for `request` (ifreq or
     // rtentry), which the kernel reads or writes only during the call.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), request, req) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Sets IFF_UP on the interface.
@@ -73,7 +88,10 @@ pub fn hw_addr(name: &str) -> io::Result<[u8; 6]> {
     let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
     let mut mac = [0u8; 6];
     for (dst, src) in mac.iter_mut().zip(data.iter()) {
-        *dst = *src as u8;
+        // c_char is i8 on x86_64 and u8 on aarch64.
+        #[allow(clippy::unnecessary_cast)]
+        let byte = *src as u8;
+        *dst = byte;
     }
     Ok(mac)
 }
@@ -82,7 +100,9 @@ fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
         sin_zero: [0; 8],
     };
     // SAFETY: sockaddr_in and sockaddr have the same size on Linux and sockaddr is the generic view
@@ -96,7 +116,11 @@ pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> io::Result<()> {
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_addr = sockaddr_in(addr);
     ioctl(&sock, libc::SIOCSIFADDR, (&mut req as *mut libc::ifreq).cast())?;
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix.min(32))) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix.min(32)))
+    };
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_netmask = sockaddr_in(Ipv4Addr::from(mask));
     ioctl(&sock, libc::SIOCSIFNETMASK, (&mut req as *mut libc::ifreq).cast())
@@ -136,5 +160,9 @@ pub fn make_thread_idle() -> io::Result<()> {
     // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 names the calling
     // thread on Linux, and the kernel only reads `param`.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

@@ -2,6 +2,8 @@
 //! console to a log file, wait-for-line with a timeout, QMP for power events, every VM killed on
 //! drop, and logs kept under the target directory when a test fails.
 
+#![forbid(unsafe_code)]
+
 pub mod vm;
 
 pub use vm::{Arch, Boot, Nic, Vm, VmConfig, VmFactory};

@@ -10,16 +10,27 @@ use qemu_tests::vm::{Arch, Nic, VmConfig, VmFactory, field_u64, free_port, out_d
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn usage() -> ! {
-    eprintln!("usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE");
+    eprintln!(
+        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE"
+    );
     std::process::exit(2)
 }
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     match args.first().map(String::as_str) {
-        Some("run") => run(Arch::parse(&value("--arch").unwrap_or_else(|| "x86_64".into()))?, flag("--uefi"), flag("--stay")),
+        Some("run") => run(
+            Arch::parse(&value("--arch").unwrap_or_else(|| "x86_64".into()))?,
+            flag("--uefi"),
+            flag("--stay"),
+        ),
         Some("bench-boot") => {
             let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(5);
             let arches = match value("--arch").as_deref() {
@@ -37,22 +48,42 @@ fn main() -> Result<()> {
 fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     let out = out_dir();
     let port = free_port()?;
-    let base = if uefi { VmConfig::uefi(&out, arch) } else { VmConfig::direct(&out, arch)? };
-    let cfg = base.with_nics(vec![Nic { forwards: vec![(port, 10250)] }]).with_fw_cfg(
-        r#"{"apiVersion":"nodeos/v1alpha1","hostname":"demo-node"}"#,
-    );
+    let base = if uefi {
+        VmConfig::uefi(&out, arch)
+    } else {
+        VmConfig::direct(&out, arch)?
+    };
+    let cfg = base
+        .with_nics(vec![Nic {
+            forwards: vec![(port, 10250)],
+        }])
+        .with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","hostname":"demo-node"}"#);
     let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?.keep_logs();
     let t0 = Instant::now();
     let mut vm = factory.start(&cfg)?;
-    println!("booting {} ({}), console log: {}", arch.name(), if uefi { "UEFI disk" } else { "direct kernel" }, vm.dir().join("serial.log").display());
+    println!(
+        "booting {} ({}), console log: {}",
+        arch.name(),
+        if uefi { "UEFI disk" } else { "direct kernel" },
+        vm.dir().join("serial.log").display()
+    );
     let ready = vm.wait_for_line("init: ready", BOOT_TIMEOUT)?;
     println!("{ready}    (host wall clock {:.1} s)", t0.elapsed().as_secs_f64());
     vm.wait_for_line("agent: ready", BOOT_TIMEOUT)?;
-    for l in vm.console().lines().filter(|l| l.starts_with("init:") || l.starts_with("agent:")) {
+    for l in vm
+        .console()
+        .lines()
+        .filter(|l| l.starts_with("init:") || l.starts_with("agent:"))
+    {
         println!("  {l}");
     }
     let health = Command::new("curl")
-        .args(["-sk", "--max-time", "20", &format!("https://127.0.0.1:{port}/healthz")])
+        .args([
+            "-sk",
+            "--max-time",
+            "20",
+            &format!("https://127.0.0.1:{port}/healthz"),
+        ])
         .output()
         .context("running curl")?;
     let body = String::from_utf8_lossy(&health.stdout);
@@ -68,7 +99,12 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     }
     vm.qmp("system_powerdown", None)?;
     let status = vm.wait_exit(Duration::from_secs(120))?;
-    let going = vm.console().lines().find(|l| l.contains("init: going down")).map(str::to_string).unwrap_or_default();
+    let going = vm
+        .console()
+        .lines()
+        .find(|l| l.contains("init: going down"))
+        .map(str::to_string)
+        .unwrap_or_default();
     println!("{going}\nQEMU exited: {status}");
     Ok(())
 }
@@ -79,7 +115,11 @@ fn median(v: &mut [f64]) -> f64 {
         return f64::NAN;
     }
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 /// One boot: returns (guest boot_ms at the ready line, host wall ms to that line).
@@ -94,7 +134,9 @@ fn boot_once(factory: &mut VmFactory, cfg: &VmConfig, needle: &str) -> Result<(f
 }
 
 fn file_size(p: &std::path::Path) -> Result<u64> {
-    Ok(std::fs::metadata(p).with_context(|| format!("{} (run ./build.sh image)", p.display()))?.len())
+    Ok(std::fs::metadata(p)
+        .with_context(|| format!("{} (run ./build.sh image)", p.display()))?
+        .len())
 }
 
 /// Boot benchmark: our init (onReady=poweroff) vs a do-nothing /init on the same kernel,
@@ -105,7 +147,8 @@ fn bench_boot(arches: &[Arch], runs: usize, json: &std::path::Path) -> Result<()
     let mut results = serde_json::Map::new();
     for &arch in arches {
         let dir = out.join(arch.name());
-        let node = VmConfig::direct(&out, arch)?.with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","onReady":"poweroff"}"#);
+        let node = VmConfig::direct(&out, arch)?
+            .with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","onReady":"poweroff"}"#);
         let mut floor = VmConfig::direct(&out, arch)?;
         if let qemu_tests::Boot::Direct { initrd, .. } = &mut floor.boot {
             *initrd = dir.join("floor-initramfs.img");
@@ -118,7 +161,14 @@ fn bench_boot(arches: &[Arch], runs: usize, json: &std::path::Path) -> Result<()
             let (ms, wall) = boot_once(&mut factory, &node, "init: ready")?;
             ours.push(ms);
             ours_wall.push(wall);
-            eprintln!("bench boot {} run {}/{}: init {} ms, floor {} ms", arch.name(), i + 1, runs, ours[i], base[i]);
+            eprintln!(
+                "bench boot {} run {}/{}: init {} ms, floor {} ms",
+                arch.name(),
+                i + 1,
+                runs,
+                ours[i],
+                base[i]
+            );
         }
         let (o, b) = (median(&mut ours.clone()), median(&mut base.clone()));
         results.insert(

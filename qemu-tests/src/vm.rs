@@ -56,7 +56,10 @@ impl Arch {
     /// UEFI firmware code and variable-store template.
     fn firmware(self) -> (&'static str, &'static str) {
         match self {
-            Arch::X86_64 => ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+            Arch::X86_64 => (
+                "/usr/share/OVMF/OVMF_CODE_4M.fd",
+                "/usr/share/OVMF/OVMF_VARS_4M.fd",
+            ),
             Arch::Aarch64 => ("/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
         }
     }
@@ -66,7 +69,11 @@ impl Arch {
 #[derive(Debug, Clone)]
 pub enum Boot {
     /// QEMU loads kernel and initramfs directly (`-kernel`, `-initrd`, `-append`).
-    Direct { kernel: PathBuf, initrd: PathBuf, cmdline: String },
+    Direct {
+        kernel: PathBuf,
+        initrd: PathBuf,
+        cmdline: String,
+    },
     /// UEFI firmware boots the disk image (the ESP fallback path, slot A).
     Uefi { disk: PathBuf },
 }
@@ -97,16 +104,36 @@ impl VmConfig {
         let dir = out.join(arch.name());
         let cmdline = std::fs::read_to_string(dir.join("cmdline"))
             .with_context(|| format!("no images in {} (run ./build.sh image)", dir.display()))?;
-        Ok(Self::new(arch, Boot::Direct { kernel: dir.join("vmlinuz"), initrd: dir.join("initramfs.img"), cmdline }))
+        Ok(Self::new(
+            arch,
+            Boot::Direct {
+                kernel: dir.join("vmlinuz"),
+                initrd: dir.join("initramfs.img"),
+                cmdline,
+            },
+        ))
     }
 
     /// UEFI boot of `out/<arch>/disk.qcow2`.
     pub fn uefi(out: &Path, arch: Arch) -> Self {
-        Self::new(arch, Boot::Uefi { disk: out.join(arch.name()).join("disk.qcow2") })
+        Self::new(
+            arch,
+            Boot::Uefi {
+                disk: out.join(arch.name()).join("disk.qcow2"),
+            },
+        )
     }
 
     fn new(arch: Arch, boot: Boot) -> Self {
-        Self { arch, boot, memory_mib: 512, cpus: 1, fw_cfg: None, extra_disks: Vec::new(), nics: vec![Nic::default()] }
+        Self {
+            arch,
+            boot,
+            memory_mib: 512,
+            cpus: 1,
+            fw_cfg: None,
+            extra_disks: Vec::new(),
+            nics: vec![Nic::default()],
+        }
     }
 
     #[must_use]
@@ -166,7 +193,11 @@ impl VmFactory {
         let dir = target_dir().join("qemu-tests").join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self { dir, count: 0, keep: false })
+        Ok(Self {
+            dir,
+            count: 0,
+            keep: false,
+        })
     }
 
     /// Keeps the logs even when the test passes (benchmarks, `./build.sh run`).
@@ -224,7 +255,13 @@ impl Vm {
         let mut args: Vec<String> = cfg.arch.machine_args();
         args.extend(
             [
-                "-accel", "tcg", "-nodefaults", "-no-reboot", "-display", "none", "-m",
+                "-accel",
+                "tcg",
+                "-nodefaults",
+                "-no-reboot",
+                "-display",
+                "none",
+                "-m",
             ]
             .iter()
             .map(|s| s.to_string()),
@@ -232,9 +269,16 @@ impl Vm {
         args.push(cfg.memory_mib.to_string());
         args.extend(["-smp".into(), cfg.cpus.to_string()]);
         args.extend(["-serial".into(), format!("file:{}", serial.display())]);
-        args.extend(["-qmp".into(), format!("unix:{},server=on,wait=off", qmp.display())]);
+        args.extend([
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", qmp.display()),
+        ]);
         match &cfg.boot {
-            Boot::Direct { kernel, initrd, cmdline } => {
+            Boot::Direct {
+                kernel,
+                initrd,
+                cmdline,
+            } => {
                 for (flag, p) in [("-kernel", kernel), ("-initrd", initrd)] {
                     if !p.exists() {
                         bail!("{} not found (run ./build.sh image)", p.display());
@@ -249,14 +293,27 @@ impl Vm {
                 }
                 let (code, vars) = cfg.arch.firmware();
                 let vars_copy = dir.join("efivars.fd");
-                std::fs::copy(vars, &vars_copy).with_context(|| format!("copying {vars} (run ./build.sh setup)"))?;
-                args.extend(["-drive".into(), format!("if=pflash,format=raw,unit=0,readonly=on,file={code}")]);
-                args.extend(["-drive".into(), format!("if=pflash,format=raw,unit=1,file={}", vars_copy.display())]);
-                args.extend(["-drive".into(), format!("if=virtio,format=qcow2,snapshot=on,file={}", disk.display())]);
+                std::fs::copy(vars, &vars_copy)
+                    .with_context(|| format!("copying {vars} (run ./build.sh setup)"))?;
+                args.extend([
+                    "-drive".into(),
+                    format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
+                ]);
+                args.extend([
+                    "-drive".into(),
+                    format!("if=pflash,format=raw,unit=1,file={}", vars_copy.display()),
+                ]);
+                args.extend([
+                    "-drive".into(),
+                    format!("if=virtio,format=qcow2,snapshot=on,file={}", disk.display()),
+                ]);
             }
         }
         for (i, d) in cfg.extra_disks.iter().enumerate() {
-            args.extend(["-drive".into(), format!("if=virtio,format=raw,id=extra{i},file={}", d.display())]);
+            args.extend([
+                "-drive".into(),
+                format!("if=virtio,format=raw,id=extra{i},file={}", d.display()),
+            ]);
         }
         let mut forwards = Vec::new();
         for (i, nic) in cfg.nics.iter().enumerate() {
@@ -266,12 +323,20 @@ impl Vm {
                 netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
                 forwards.push((*host, *guest));
             }
-            args.extend(["-netdev".into(), netdev, "-device".into(), format!("virtio-net-pci,netdev=n{i}")]);
+            args.extend([
+                "-netdev".into(),
+                netdev,
+                "-device".into(),
+                format!("virtio-net-pci,netdev=n{i}"),
+            ]);
         }
         if let Some(json) = &cfg.fw_cfg {
             let path = dir.join("machine-config.json");
             std::fs::write(&path, json)?;
-            args.extend(["-fw_cfg".into(), format!("name=opt/nodeos/config,file={}", path.display())]);
+            args.extend([
+                "-fw_cfg".into(),
+                format!("name=opt/nodeos/config,file={}", path.display()),
+            ]);
         }
         std::fs::write(dir.join("qemu.args"), args.join("\n"))?;
         let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
@@ -282,7 +347,14 @@ impl Vm {
             .stderr(stderr)
             .spawn()
             .with_context(|| format!("starting {} (run ./build.sh setup)", cfg.arch.qemu()))?;
-        Ok(Self { child, dir, serial, qmp, started: Instant::now(), forwards })
+        Ok(Self {
+            child,
+            dir,
+            serial,
+            qmp,
+            started: Instant::now(),
+            forwards,
+        })
     }
 
     /// Seconds since QEMU was started.
@@ -312,18 +384,31 @@ impl Vm {
         let deadline = Instant::now() + timeout;
         loop {
             let text = self.console();
-            let hits: Vec<String> = text.lines().filter(|l| l.contains(needle)).map(|l| l.trim_end().to_string()).collect();
+            let hits: Vec<String> = text
+                .lines()
+                .filter(|l| l.contains(needle))
+                .map(|l| l.trim_end().to_string())
+                .collect();
             if hits.len() >= n {
                 return Ok(hits.into_iter().take(n).collect());
             }
             if text.contains("Kernel panic") {
-                bail!("kernel panic while waiting for {needle:?}; console:\n{}", tail(&text, 40));
+                bail!(
+                    "kernel panic while waiting for {needle:?}; console:\n{}",
+                    tail(&text, 40)
+                );
             }
             if let Some(status) = self.child.try_wait()? {
-                bail!("QEMU exited ({status}) while waiting for {needle:?}; console:\n{}", tail(&text, 40));
+                bail!(
+                    "QEMU exited ({status}) while waiting for {needle:?}; console:\n{}",
+                    tail(&text, 40)
+                );
             }
             if Instant::now() > deadline {
-                bail!("timed out after {timeout:?} waiting for {n} x {needle:?}; console:\n{}", tail(&text, 40));
+                bail!(
+                    "timed out after {timeout:?} waiting for {n} x {needle:?}; console:\n{}",
+                    tail(&text, 40)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -331,7 +416,8 @@ impl Vm {
 
     /// Sends one QMP command (e.g. `system_powerdown`) and returns the reply.
     pub fn qmp(&self, command: &str, arguments: Option<serde_json::Value>) -> Result<serde_json::Value> {
-        let mut stream = UnixStream::connect(&self.qmp).with_context(|| format!("connecting to {}", self.qmp.display()))?;
+        let mut stream = UnixStream::connect(&self.qmp)
+            .with_context(|| format!("connecting to {}", self.qmp.display()))?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut line = String::new();
@@ -367,7 +453,10 @@ impl Vm {
                 return Ok(s);
             }
             if Instant::now() > deadline {
-                return Err(anyhow!("QEMU still running after {timeout:?}; console:\n{}", tail(&self.console(), 40)));
+                return Err(anyhow!(
+                    "QEMU still running after {timeout:?}; console:\n{}",
+                    tail(&self.console(), 40)
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -396,7 +485,11 @@ pub fn tail(text: &str, n: usize) -> String {
 pub fn field_u64(line: &str, key: &str) -> Option<u64> {
     let pat = format!("{key}=");
     let start = line.find(&pat)? + pat.len();
-    line[start..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    line[start..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -405,7 +498,10 @@ mod tests {
 
     #[test]
     fn fields_parse() {
-        assert_eq!(field_u64("init: ready boot_ms=1234 power_buttons=1", "boot_ms"), Some(1234));
+        assert_eq!(
+            field_u64("init: ready boot_ms=1234 power_buttons=1", "boot_ms"),
+            Some(1234)
+        );
         assert_eq!(field_u64("x restart_in_ms=800", "restart_in_ms"), Some(800));
         assert_eq!(field_u64("nothing", "boot_ms"), None);
     }

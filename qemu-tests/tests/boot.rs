@@ -20,18 +20,36 @@ fn boot_to_ready_and_poweroff(name: &str, cfg: VmConfig) -> Result<()> {
     let mut f = VmFactory::new(name)?;
     let mut vm = f.start(&cfg.with_fw_cfg(poweroff_config()))?;
     let ready = vm.wait_for_line("init: ready boot_ms=", BOOT)?;
-    ensure!(field_u64(&ready, "boot_ms").is_some_and(|ms| ms > 0), "bad ready line {ready:?}");
+    ensure!(
+        field_u64(&ready, "boot_ms").is_some_and(|ms| ms > 0),
+        "bad ready line {ready:?}"
+    );
     let status = vm.wait_exit(EXIT)?;
     let console = vm.console();
     ensure!(status.success(), "QEMU exit status {status}");
     ensure!(!console.contains("Kernel panic"), "kernel panic:\n{console}");
-    ensure!(console.contains("init: going down action=Poweroff"), "no orderly poweroff:\n{console}");
-    let cg = console.lines().find(|l| l.contains("init: cgroup2 mounted subtree_control=")).unwrap_or_default();
+    ensure!(
+        console.contains("init: going down action=Poweroff"),
+        "no orderly poweroff:\n{console}"
+    );
+    let cg = console
+        .lines()
+        .find(|l| l.contains("init: cgroup2 mounted subtree_control="))
+        .unwrap_or_default();
     for c in ["cpu", "memory", "pids", "io"] {
-        ensure!(cg.split(['=', ' ']).any(|w| w == c), "controller {c} not enabled: {cg:?}");
+        ensure!(
+            cg.split(['=', ' ']).any(|w| w == c),
+            "controller {c} not enabled: {cg:?}"
+        );
     }
-    let mods = console.lines().find(|l| l.contains("init: modules loaded=")).unwrap_or_default();
-    ensure!(mods.contains(" failed=0 "), "a module failed to load: {mods:?}\n{console}");
+    let mods = console
+        .lines()
+        .find(|l| l.contains("init: modules loaded="))
+        .unwrap_or_default();
+    ensure!(
+        mods.contains(" failed=0 "),
+        "a module failed to load: {mods:?}\n{console}"
+    );
     ensure!(console.contains("init: root moved to tmpfs"), "{console}");
     Ok(())
 }
@@ -57,7 +75,10 @@ fn x86_64_uefi_disk_boots_slot_a() -> Result<()> {
 #[test]
 #[ignore = "needs VM images: ./build.sh test vm"]
 fn aarch64_uefi_disk_boots_slot_a() -> Result<()> {
-    boot_to_ready_and_poweroff("aarch64-uefi", VmConfig::uefi(&out_dir(), Arch::Aarch64).with_memory_mib(1024))
+    boot_to_ready_and_poweroff(
+        "aarch64-uefi",
+        VmConfig::uefi(&out_dir(), Arch::Aarch64).with_memory_mib(1024),
+    )
 }
 
 /// The node is configured (hostname, DHCP address on restricted user networking), its agent
@@ -67,29 +88,50 @@ fn aarch64_uefi_disk_boots_slot_a() -> Result<()> {
 fn x86_64_network_agent_and_power_button() -> Result<()> {
     let port = free_port()?;
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
-        .with_nics(vec![Nic { forwards: vec![(port, 10250)] }])
+        .with_nics(vec![Nic {
+            forwards: vec![(port, 10250)],
+        }])
         .with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","hostname":"test-node","shutdownGraceSeconds":5}"#);
     let mut f = VmFactory::new("x86_64-network")?;
     let mut vm = f.start(&cfg)?;
     vm.wait_for_line("init: ready", BOOT)?;
     let net = vm.wait_for_line("init: network up", BOOT)?;
-    ensure!(net.contains("interface=eth0") && net.contains("address=10.0.2.15/24"), "{net}");
+    ensure!(
+        net.contains("interface=eth0") && net.contains("address=10.0.2.15/24"),
+        "{net}"
+    );
     vm.wait_for_line("init: hostname set hostname=test-node", BOOT)?;
     vm.wait_for_line("agent: ready", BOOT)?;
     let mods = vm.wait_for_line("init: modules done", BOOT)?;
     ensure!(mods.contains(" failed=0 "), "background modules: {mods}");
     let out = std::process::Command::new("curl")
-        .args(["-sk", "--max-time", "30", &format!("https://127.0.0.1:{port}/healthz")])
+        .args([
+            "-sk",
+            "--max-time",
+            "30",
+            &format!("https://127.0.0.1:{port}/healthz"),
+        ])
         .output()?;
-    ensure!(String::from_utf8_lossy(&out.stdout) == "ok", "agent health: {:?}", out);
+    ensure!(
+        String::from_utf8_lossy(&out.stdout) == "ok",
+        "agent health: {:?}",
+        out
+    );
     // The agent runs as a supervised child: it must not have restarted.
-    ensure!(!vm.console().contains("service exited service=agent"), "agent exited:\n{}", vm.console());
+    ensure!(
+        !vm.console().contains("service exited service=agent"),
+        "agent exited:\n{}",
+        vm.console()
+    );
     vm.qmp("system_powerdown", None)?;
     vm.wait_for_line("init: power button pressed", EXIT)?;
     let status = vm.wait_exit(EXIT)?;
     let console = vm.console();
     ensure!(status.success(), "QEMU exit {status}");
-    ensure!(console.contains("init: service stopped service=agent"), "agent not stopped with grace:\n{console}");
+    ensure!(
+        console.contains("init: service stopped service=agent"),
+        "agent not stopped with grace:\n{console}"
+    );
     ensure!(console.contains("init: going down action=Poweroff"), "{console}");
     ensure!(!console.contains("Kernel panic"), "{console}");
     Ok(())
@@ -103,8 +145,11 @@ fn x86_64_ctrl_alt_del_reboots_in_order() -> Result<()> {
     let mut vm = f.start(&VmConfig::direct(&out_dir(), Arch::X86_64)?)?;
     vm.wait_for_line("init: ready", BOOT)?;
     // The i8042 keyboard delivers ctrl-alt-del; without CAD disabled the kernel would reboot at once.
-    vm.qmp("send-key", Some(serde_json::json!({"keys":[
-        {"type":"qcode","data":"ctrl"},{"type":"qcode","data":"alt"},{"type":"qcode","data":"delete"}]})))?;
+    vm.qmp(
+        "send-key",
+        Some(serde_json::json!({"keys":[
+        {"type":"qcode","data":"ctrl"},{"type":"qcode","data":"alt"},{"type":"qcode","data":"delete"}]})),
+    )?;
     vm.wait_for_line("init: ctrl-alt-del", EXIT)?;
     vm.wait_exit(EXIT)?;
     let console = vm.console();
@@ -122,12 +167,21 @@ fn crashing_service_restarts_with_backoff() -> Result<()> {
     let mut f = VmFactory::new("crash-backoff")?;
     let mut vm = f.start(&cfg)?;
     let lines = vm.wait_for_lines("init: warn: service exited service=crashtest", 5, BOOT)?;
-    let delays: Vec<u64> = lines.iter().filter_map(|l| field_u64(l, "restart_in_ms")).collect();
-    ensure!(delays == [100, 200, 400, 800, 1600], "delays {delays:?} from {lines:#?}");
+    let delays: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| field_u64(l, "restart_in_ms"))
+        .collect();
+    ensure!(
+        delays == [100, 200, 400, 800, 1600],
+        "delays {delays:?} from {lines:#?}"
+    );
     for l in &lines {
         ensure!(l.contains("status=1"), "{l}");
     }
-    let starts = vm.console().matches("init: service started service=crashtest").count();
+    let starts = vm
+        .console()
+        .matches("init: service started service=crashtest")
+        .count();
     ensure!(starts >= 5, "only {starts} starts");
     Ok(())
 }
@@ -138,8 +192,14 @@ fn crashing_service_restarts_with_backoff() -> Result<()> {
 #[ignore = "needs VM images: ./build.sh test vm"]
 fn bad_machine_config_is_reported_and_node_falls_back() -> Result<()> {
     let cases = [
-        (r#"{"apiVersion":"nodeos/v1alpha1","hostnme":"typo"}"#, "unknown field `hostnme`"),
-        (r#"{"apiVersion":"nodeos/v1alpha1","hostname":"Not_Valid"}"#, "invalid field hostname"),
+        (
+            r#"{"apiVersion":"nodeos/v1alpha1","hostnme":"typo"}"#,
+            "unknown field `hostnme`",
+        ),
+        (
+            r#"{"apiVersion":"nodeos/v1alpha1","hostname":"Not_Valid"}"#,
+            "invalid field hostname",
+        ),
         ("{this is not json", "fw_cfg opt/nodeos/config: not a JSON object"),
     ];
     let mut f = VmFactory::new("bad-config")?;
@@ -178,7 +238,9 @@ fn kernel_cmdline_config_overrides_fw_cfg() -> Result<()> {
 fn aarch64_static_address_and_agent() -> Result<()> {
     let port = free_port()?;
     let cfg = VmConfig::direct(&out_dir(), Arch::Aarch64)?
-        .with_nics(vec![Nic { forwards: vec![(port, 10250)] }])
+        .with_nics(vec![Nic {
+            forwards: vec![(port, 10250)],
+        }])
         .with_fw_cfg(
             r#"{"apiVersion":"nodeos/v1alpha1","hostname":"arm-node","network":{"interfaces":[
                 {"name":"eth0","address":"10.0.2.15/24","gateway":"10.0.2.2"}],"nameservers":["10.0.2.3"]}}"#,
@@ -186,11 +248,23 @@ fn aarch64_static_address_and_agent() -> Result<()> {
     let mut f = VmFactory::new("aarch64-static")?;
     let mut vm = f.start(&cfg)?;
     let net = vm.wait_for_line("init: network up", BOOT)?;
-    ensure!(net.contains("address=10.0.2.15/24") && net.contains("gateway=Some(10.0.2.2)"), "{net}");
+    ensure!(
+        net.contains("address=10.0.2.15/24") && net.contains("gateway=Some(10.0.2.2)"),
+        "{net}"
+    );
     vm.wait_for_line("agent: ready", BOOT)?;
     let out = std::process::Command::new("curl")
-        .args(["-sk", "--max-time", "30", &format!("https://127.0.0.1:{port}/healthz")])
+        .args([
+            "-sk",
+            "--max-time",
+            "30",
+            &format!("https://127.0.0.1:{port}/healthz"),
+        ])
         .output()?;
-    ensure!(String::from_utf8_lossy(&out.stdout) == "ok", "agent health: {:?}", out);
+    ensure!(
+        String::from_utf8_lossy(&out.stdout) == "ok",
+        "agent health: {:?}",
+        out
+    );
     Ok(())
 }

@@ -7,7 +7,9 @@ use anyhow::{Context, Result, ensure};
 use image::{Arch, BuildConfig, kernel::KernelPackage};
 
 fn env_path(key: &str) -> Result<PathBuf> {
-    std::env::var_os(key).map(PathBuf::from).with_context(|| format!("{key} not set (run through ./build.sh test vm)"))
+    std::env::var_os(key)
+        .map(PathBuf::from)
+        .with_context(|| format!("{key} not set (run through ./build.sh test vm)"))
 }
 
 fn inputs(arch: Arch, out: PathBuf) -> Result<BuildConfig> {
@@ -21,7 +23,10 @@ fn inputs(arch: Arch, out: PathBuf) -> Result<BuildConfig> {
     Ok(BuildConfig {
         arch,
         kernel_root: env_path("NODEOS_KERNEL_CACHE")?.join(deb).join("root"),
-        stub: env_path("NODEOS_STUB_CACHE")?.join(deb).join("root/usr/lib/systemd/boot/efi").join(stub),
+        stub: env_path("NODEOS_STUB_CACHE")?
+            .join(deb)
+            .join("root/usr/lib/systemd/boot/efi")
+            .join(stub),
         node_bin: target.join(triple).join("release/nodeos"),
         out,
         cmdline: arch.default_cmdline().into(),
@@ -42,8 +47,17 @@ fn image_builds_are_reproducible() -> Result<()> {
         let fresh = std::fs::read_to_string(tmp.path().join("SHA256SUMS"))?;
         let built = std::fs::read_to_string(qemu_tests::vm::out_dir().join(arch.name()).join("SHA256SUMS"))
             .context("no SHA256SUMS from ./build.sh image")?;
-        ensure!(fresh == built, "{}: fresh build differs:\n{fresh}\nvs ./build.sh image:\n{built}", arch.name());
-        ensure!(outputs.files.iter().any(|f| f.name == "node.efi" && f.bytes > 1_000_000));
+        ensure!(
+            fresh == built,
+            "{}: fresh build differs:\n{fresh}\nvs ./build.sh image:\n{built}",
+            arch.name()
+        );
+        ensure!(
+            outputs
+                .files
+                .iter()
+                .any(|f| f.name == "node.efi" && f.bytes > 1_000_000)
+        );
     }
     Ok(())
 }
@@ -60,15 +74,30 @@ fn module_closure_orders_dependencies_first() -> Result<()> {
             for dep in pkg.depends(&m.path)? {
                 let dep = image::kernel::normalize(&dep);
                 if let Some(d) = pos(&dep) {
-                    ensure!(d < pos(&m.name).unwrap_or(0), "{deb}: {dep} must load before {}", m.name);
+                    ensure!(
+                        d < pos(&m.name).unwrap_or(0),
+                        "{deb}: {dep} must load before {}",
+                        m.name
+                    );
                 }
             }
         }
         // nft_masq needs nf_nat and nf_tables, which need nf_conntrack: all must be in the closure.
-        for needed in ["nf_tables", "nf_nat", "nf_conntrack", "overlay", "bridge", "veth", "qemu_fw_cfg"] {
+        for needed in [
+            "nf_tables",
+            "nf_nat",
+            "nf_conntrack",
+            "overlay",
+            "bridge",
+            "veth",
+            "qemu_fw_cfg",
+        ] {
             ensure!(pos(needed).is_some(), "{deb}: {needed} missing from the closure");
         }
-        ensure!(pos("nf_conntrack") < pos("nf_nat") && pos("nf_nat") < pos("nft_masq"), "{deb}: bad order");
+        ensure!(
+            pos("nf_conntrack") < pos("nf_nat") && pos("nf_nat") < pos("nft_masq"),
+            "{deb}: bad order"
+        );
     }
     Ok(())
 }

@@ -12,7 +12,11 @@ pub enum ProbeError {
     #[error("cannot detect the cgroup setup: {0}")]
     Cgroups(String),
     #[error("cannot read runtime state directory {path}: {source}")]
-    StateDir { path: String, #[source] source: std::io::Error },
+    StateDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The host's container capabilities.
@@ -32,7 +36,10 @@ pub fn probe_host(cgroup_root: &Path) -> Result<HostProbe, ProbeError> {
         .split_whitespace()
         .map(str::to_string)
         .collect();
-    Ok(HostProbe { unified_cgroups: matches!(setup, CgroupSetup::Unified), controllers })
+    Ok(HostProbe {
+        unified_cgroups: matches!(setup, CgroupSetup::Unified),
+        controllers,
+    })
 }
 
 /// A container found in the state directory.
@@ -49,13 +56,24 @@ pub fn known_containers(state_root: &Path) -> Result<Vec<KnownContainer>, ProbeE
     let rd = match std::fs::read_dir(state_root) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(ProbeError::StateDir { path: state_root.display().to_string(), source }),
+        Err(source) => {
+            return Err(ProbeError::StateDir {
+                path: state_root.display().to_string(),
+                source,
+            });
+        }
     };
     let mut out = Vec::new();
     for entry in rd.flatten() {
         match Container::load(entry.path()) {
-            Ok(c) => out.push(KnownContainer { id: c.id().to_string(), status: c.status(), pid: c.pid().map(|p| p.as_raw()) }),
-            Err(e) => tracing::warn!(path = %entry.path().display(), error = %e, "unreadable container state"),
+            Ok(c) => out.push(KnownContainer {
+                id: c.id().to_string(),
+                status: c.status(),
+                pid: c.pid().map(|p| p.as_raw()),
+            }),
+            Err(e) => {
+                tracing::warn!(path = %entry.path().display(), error = %e, "unreadable container state")
+            }
         }
     }
     out.sort_by(|a, b| a.id.cmp(&b.id));
