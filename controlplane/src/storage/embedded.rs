@@ -1,0 +1,773 @@
+//! The embedded store (the default backend): an in-memory ordered map made durable by a
+//! write-ahead log with group commit (one fsync per batch of concurrent writes; a write is
+//! acknowledged only after its batch is on disk), plus a snapshot. The log is folded into a new
+//! snapshot once it outgrows [`EmbeddedConfig::compact_log_bytes`], so disk use stays bounded by
+//! the live data plus that threshold. Watch history is kept in memory, bounded by count and bytes;
+//! a watch from before it is [`StoreError::Compacted`].
+//!
+//! Readers never see a write before it is durable: the single writer thread validates a batch
+//! against the committed state plus the batch's own earlier writes, fsyncs it, and only then
+//! applies it to the shared state.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, mpsc};
+
+use tokio::sync::{broadcast, oneshot};
+
+use super::wal::{self, Op, Record};
+use super::{
+    BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, Store, StoreError, WatchStream, Write,
+};
+
+/// Tuning of the embedded store.
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    pub dir: PathBuf,
+    /// Events kept for watches that start in the past.
+    pub history_events: usize,
+    /// ... and at most this many bytes of them.
+    pub history_bytes: usize,
+    /// Fold the log into a snapshot when it grows past this.
+    pub compact_log_bytes: u64,
+}
+
+impl EmbeddedConfig {
+    /// Defaults for a data directory.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            history_events: 10_000,
+            history_bytes: 32 << 20,
+            compact_log_bytes: 64 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    kvs: BTreeMap<String, KeyValue>,
+    revision: Revision,
+    compacted: Revision,
+    history: VecDeque<Arc<Event>>,
+    history_bytes: usize,
+    failed: Option<String>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: RwLock<State>,
+    events: broadcast::Sender<Arc<Event>>,
+}
+
+struct Request {
+    write: Write,
+    reply: oneshot::Sender<Result<Event>>,
+}
+
+/// The embedded store. Dropping it stops the writer thread after the queued writes.
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+    tx: std::sync::Mutex<Option<mpsc::Sender<Request>>>,
+    writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("key", &self.write.key()).finish()
+    }
+}
+
+const SNAPSHOT: &str = "snapshot.db";
+const LOG: &str = "wal.log";
+
+fn event_bytes(e: &Event) -> usize {
+    e.kv.key.len() + e.kv.value.len() + e.prev.as_ref().map_or(0, |p| p.value.len()) + 96
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `cfg.dir`, recovering from the snapshot and the log.
+    pub fn open(cfg: EmbeddedConfig) -> Result<Self> {
+        std::fs::create_dir_all(&cfg.dir).map_err(|source| StoreError::Io {
+            path: cfg.dir.display().to_string(),
+            source,
+        })?;
+        let snap_path = cfg.dir.join(SNAPSHOT);
+        let log_path = cfg.dir.join(LOG);
+        let mut state = State::default();
+        let snap = wal::read_file(&snap_path)?;
+        if !snap.is_empty() {
+            let (recs, len) = wal::decode_all(&snap);
+            if len != snap.len() || recs.first().map(|r| r.op) != Some(Op::SnapshotHeader) {
+                return Err(StoreError::Corrupt {
+                    path: snap_path.display().to_string(),
+                    reason: format!("valid up to byte {len} of {}", snap.len()),
+                });
+            }
+            state.revision = recs[0].revision;
+            state.compacted = recs[0].create_revision;
+            for r in recs.into_iter().skip(1) {
+                let kv = KeyValue {
+                    key: r.key,
+                    value: r.value,
+                    create_revision: r.create_revision,
+                    mod_revision: r.revision,
+                };
+                state.kvs.insert(kv.key.clone(), kv);
+            }
+        }
+        let log = wal::read_file(&log_path)?;
+        let (recs, valid) = wal::decode_all(&log);
+        if valid < log.len() {
+            tracing::warn!(path = %log_path.display(), dropped_bytes = log.len() - valid, "dropping the log's unacknowledged torn tail");
+        }
+        for r in recs {
+            if r.revision <= state.revision {
+                continue; // already in the snapshot
+            }
+            match r.op {
+                Op::Put => {
+                    let kv = KeyValue {
+                        key: r.key,
+                        value: r.value,
+                        create_revision: r.create_revision,
+                        mod_revision: r.revision,
+                    };
+                    state.kvs.insert(kv.key.clone(), kv);
+                }
+                Op::Delete => {
+                    state.kvs.remove(&r.key);
+                }
+                Op::SnapshotHeader => {}
+            }
+            state.revision = r.revision;
+        }
+        // History does not survive a restart: watches must start at the recovered revision.
+        state.compacted = state.revision;
+        let log_file = wal::open_log(&log_path, valid as u64)?;
+        let (events, _) = broadcast::channel(65_536);
+        let shared = Arc::new(Shared {
+            state: RwLock::new(state),
+            events,
+        });
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            shared: shared.clone(),
+            cfg,
+            log: log_file,
+            log_bytes: valid as u64,
+        };
+        let handle = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|source| StoreError::Io {
+                path: "store writer thread".into(),
+                source,
+            })?;
+        Ok(Self {
+            shared,
+            tx: std::sync::Mutex::new(Some(tx)),
+            writer: std::sync::Mutex::new(Some(handle)),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.shared.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops accepting writes and waits for the writer to finish the queued ones.
+    pub fn close(&self) {
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        if let Ok(mut h) = self.writer.lock() {
+            if let Some(h) = h.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    cfg: EmbeddedConfig,
+    log: File,
+    log_bytes: u64,
+}
+
+/// Checks one write against the value it would replace; returns the new value (None = deleted).
+fn apply_one(w: &Write, current: Option<&KeyValue>, rev: Revision) -> Result<Event> {
+    let check = |key: &str, expected: Option<Revision>| -> Result<KeyValue> {
+        let cur = current.ok_or_else(|| StoreError::NotFound { key: key.into() })?;
+        if let Some(e) = expected {
+            if e != cur.mod_revision {
+                return Err(StoreError::Conflict {
+                    key: key.into(),
+                    expected: e,
+                    actual: cur.mod_revision,
+                });
+            }
+        }
+        Ok(cur.clone())
+    };
+    match w {
+        Write::Create { key, value } => {
+            if current.is_some() {
+                return Err(StoreError::AlreadyExists { key: key.clone() });
+            }
+            let kv = KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: rev,
+                mod_revision: rev,
+            };
+            Ok(Event {
+                kind: EventKind::Put,
+                kv,
+                prev: None,
+            })
+        }
+        Write::Update { key, value, expected } => {
+            let prev = check(key, *expected)?;
+            let kv = KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: prev.create_revision,
+                mod_revision: rev,
+            };
+            Ok(Event {
+                kind: EventKind::Put,
+                kv,
+                prev: Some(prev),
+            })
+        }
+        Write::Delete { key, expected } => {
+            let prev = check(key, *expected)?;
+            let kv = KeyValue {
+                mod_revision: rev,
+                ..prev.clone()
+            };
+            Ok(Event {
+                kind: EventKind::Delete,
+                kv,
+                prev: Some(prev),
+            })
+        }
+    }
+}
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Request>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < 4096 {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+            if self.log_bytes > self.cfg.compact_log_bytes {
+                if let Err(e) = self.snapshot() {
+                    tracing::error!(error = %e, "store snapshot failed; the log keeps growing");
+                }
+            }
+        }
+    }
+
+    fn commit(&mut self, batch: Vec<Request>) {
+        let mut results: Vec<Result<Event>> = Vec::with_capacity(batch.len());
+        let mut buf = Vec::new();
+        let mut rev;
+        {
+            let st = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(reason) = &st.failed {
+                let reason = reason.clone();
+                drop(st);
+                for r in batch {
+                    let _ = r.reply.send(Err(StoreError::Corrupt {
+                        path: self.cfg.dir.display().to_string(),
+                        reason: reason.clone(),
+                    }));
+                }
+                return;
+            }
+            rev = st.revision;
+            let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
+            for req in &batch {
+                let key = req.write.key();
+                let current = match overlay.get(key) {
+                    Some(v) => v.clone(),
+                    None => st.kvs.get(key).cloned(),
+                };
+                match apply_one(&req.write, current.as_ref(), rev + 1) {
+                    Ok(ev) => {
+                        rev += 1;
+                        let (op, value) = match ev.kind {
+                            EventKind::Put => (Op::Put, ev.kv.value.clone()),
+                            EventKind::Delete => (Op::Delete, Vec::new()),
+                        };
+                        wal::encode(
+                            &Record {
+                                op,
+                                revision: rev,
+                                create_revision: ev.kv.create_revision,
+                                key: key.into(),
+                                value,
+                            },
+                            &mut buf,
+                        );
+                        overlay.insert(key.into(), (ev.kind == EventKind::Put).then(|| ev.kv.clone()));
+                        results.push(Ok(ev));
+                    }
+                    Err(e) => results.push(Err(e)),
+                }
+            }
+        }
+        if !buf.is_empty() {
+            let durable = self.log.write_all(&buf).and_then(|()| self.log.sync_data());
+            if let Err(e) = durable {
+                // The log may now hold a partial batch: refuse further writes rather than guess.
+                let reason = format!("log write failed: {e}");
+                tracing::error!(error = %e, "store log write failed; the store is now read-only");
+                self.shared
+                    .state
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .failed = Some(reason);
+                for r in batch {
+                    let _ = r.reply.send(Err(StoreError::Io {
+                        path: self.cfg.dir.join(LOG).display().to_string(),
+                        source: std::io::Error::new(e.kind(), e.to_string()),
+                    }));
+                }
+                return;
+            }
+            self.log_bytes += buf.len() as u64;
+        }
+        let mut committed = Vec::new();
+        {
+            let mut st = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
+            for ev in results.iter().flatten() {
+                match ev.kind {
+                    EventKind::Put => {
+                        st.kvs.insert(ev.kv.key.clone(), ev.kv.clone());
+                    }
+                    EventKind::Delete => {
+                        st.kvs.remove(&ev.kv.key);
+                    }
+                }
+                let ev = Arc::new(ev.clone());
+                st.history_bytes += event_bytes(&ev);
+                st.history.push_back(ev.clone());
+                committed.push(ev);
+            }
+            st.revision = rev;
+            while st.history.len() > self.cfg.history_events || st.history_bytes > self.cfg.history_bytes {
+                let Some(old) = st.history.pop_front() else { break };
+                st.history_bytes -= event_bytes(&old);
+                st.compacted = old.kv.mod_revision;
+            }
+        }
+        for ev in committed {
+            let _ = self.shared.events.send(ev);
+        }
+        for (req, res) in batch.into_iter().zip(results) {
+            let _ = req.reply.send(res);
+        }
+    }
+
+    /// Writes every live key into a new snapshot, then empties the log.
+    fn snapshot(&mut self) -> Result<()> {
+        let mut buf = Vec::new();
+        {
+            let st = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
+            let header = Record {
+                op: Op::SnapshotHeader,
+                revision: st.revision,
+                create_revision: st.compacted,
+                key: String::new(),
+                value: Vec::new(),
+            };
+            wal::encode(&header, &mut buf);
+            for kv in st.kvs.values() {
+                let r = Record {
+                    op: Op::Put,
+                    revision: kv.mod_revision,
+                    create_revision: kv.create_revision,
+                    key: kv.key.clone(),
+                    value: kv.value.clone(),
+                };
+                wal::encode(&r, &mut buf);
+            }
+        }
+        wal::write_atomic(&self.cfg.dir.join(SNAPSHOT), &buf)?;
+        // A crash between the rename and here is safe: replay skips records the snapshot holds.
+        let log_path = self.cfg.dir.join(LOG);
+        self.log
+            .set_len(0)
+            .and_then(|()| self.log.sync_all())
+            .map_err(|source| StoreError::Io {
+                path: log_path.display().to_string(),
+                source,
+            })?;
+        tracing::info!(
+            snapshot_bytes = buf.len(),
+            folded_log_bytes = self.log_bytes,
+            "store compacted"
+        );
+        self.log_bytes = 0;
+        Ok(())
+    }
+}
+
+struct EmbeddedWatch {
+    backlog: VecDeque<Arc<Event>>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    prefix: String,
+    last: Revision,
+    compacted_hint: Arc<Shared>,
+}
+
+impl WatchStream for EmbeddedWatch {
+    fn next(&mut self) -> BoxFuture<'_, Result<Event>> {
+        Box::pin(async move {
+            loop {
+                let ev = match self.backlog.pop_front() {
+                    Some(e) => e,
+                    None => match self.rx.recv().await {
+                        Ok(e) => e,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let compacted =
+                                self.compacted_hint.state.read().map(|s| s.compacted).unwrap_or(0);
+                            return Err(StoreError::Compacted {
+                                requested: self.last,
+                                compacted,
+                            });
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+                    },
+                };
+                if ev.kv.mod_revision > self.last && ev.kv.key.starts_with(&self.prefix) {
+                    self.last = ev.kv.mod_revision;
+                    return Ok((*ev).clone());
+                }
+            }
+        })
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyValue>>> {
+        Box::pin(async move { Ok(self.read().kvs.get(key).cloned()) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<ListPage>> {
+        Box::pin(async move {
+            use std::ops::Bound;
+            let st = self.read();
+            let lower = match start_after {
+                Some(k) => Bound::Excluded(k.to_string()),
+                None => Bound::Included(prefix.to_string()),
+            };
+            let mut items = Vec::new();
+            let mut more = false;
+            for (k, kv) in st.kvs.range((lower, Bound::Unbounded)) {
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                if limit > 0 && items.len() == limit {
+                    more = true;
+                    break;
+                }
+                items.push(kv.clone());
+            }
+            Ok(ListPage {
+                items,
+                revision: st.revision,
+                more,
+            })
+        })
+    }
+
+    fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            {
+                let tx = self.tx.lock().map_err(|_| StoreError::Closed)?;
+                tx.as_ref()
+                    .ok_or(StoreError::Closed)?
+                    .send(Request { write: w, reply })
+                    .map_err(|_| StoreError::Closed)?;
+            }
+            rx.await.map_err(|_| StoreError::Closed)?
+        })
+    }
+
+    fn watch<'a>(&'a self, prefix: &'a str, after: Revision) -> BoxFuture<'a, Result<Box<dyn WatchStream>>> {
+        Box::pin(async move {
+            let st = self.read();
+            if after < st.compacted {
+                return Err(StoreError::Compacted {
+                    requested: after,
+                    compacted: st.compacted,
+                });
+            }
+            let rx = self.shared.events.subscribe();
+            let backlog = st
+                .history
+                .iter()
+                .filter(|e| e.kv.mod_revision > after && e.kv.key.starts_with(prefix))
+                .cloned()
+                .collect();
+            Ok(Box::new(EmbeddedWatch {
+                backlog,
+                rx,
+                prefix: prefix.into(),
+                last: after,
+                compacted_hint: self.shared.clone(),
+            }) as Box<dyn WatchStream>)
+        })
+    }
+
+    fn revision(&self) -> BoxFuture<'_, Result<Revision>> {
+        Box::pin(async move { Ok(self.read().revision) })
+    }
+
+    fn compacted(&self) -> BoxFuture<'_, Result<Revision>> {
+        Box::pin(async move { Ok(self.read().compacted) })
+    }
+}
+
+/// Opens a store for tests and tools at `dir` with default tuning.
+pub fn open_default(dir: &Path) -> Result<EmbeddedStore> {
+    EmbeddedStore::open(EmbeddedConfig::new(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, v: &str) -> Write {
+        Write::Create {
+            key: key.into(),
+            value: v.as_bytes().to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn create_get_update_delete_with_cas() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        let s = open_default(dir.path())?;
+        let e1 = s.write(put("/pods/a", "1")).await?;
+        assert_eq!(e1.kv.mod_revision, 1);
+        assert!(matches!(
+            s.write(put("/pods/a", "x")).await,
+            Err(StoreError::AlreadyExists { .. })
+        ));
+        let stale = Write::Update {
+            key: "/pods/a".into(),
+            value: b"2".to_vec(),
+            expected: Some(0),
+        };
+        assert!(matches!(
+            s.write(stale).await,
+            Err(StoreError::Conflict {
+                expected: 0,
+                actual: 1,
+                ..
+            })
+        ));
+        let e2 = s
+            .write(Write::Update {
+                key: "/pods/a".into(),
+                value: b"2".to_vec(),
+                expected: Some(1),
+            })
+            .await?;
+        assert_eq!((e2.kv.mod_revision, e2.kv.create_revision), (2, 1));
+        assert_eq!(s.get("/pods/a").await?.map(|kv| kv.value), Some(b"2".to_vec()));
+        let e3 = s
+            .write(Write::Delete {
+                key: "/pods/a".into(),
+                expected: None,
+            })
+            .await?;
+        assert_eq!(e3.kind, EventKind::Delete);
+        assert_eq!(s.get("/pods/a").await?, None);
+        assert!(matches!(
+            s.write(Write::Delete {
+                key: "/pods/a".into(),
+                expected: None
+            })
+            .await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.revision().await?, 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn list_pages_by_prefix() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        let s = open_default(dir.path())?;
+        for k in ["/a/1", "/a/2", "/a/3", "/b/1"] {
+            s.write(put(k, "v")).await?;
+        }
+        let p1 = s.list("/a/", None, 2).await?;
+        assert_eq!(
+            p1.items.iter().map(|kv| kv.key.as_str()).collect::<Vec<_>>(),
+            ["/a/1", "/a/2"]
+        );
+        assert!(p1.more);
+        let p2 = s.list("/a/", Some("/a/2"), 2).await?;
+        assert_eq!(p2.items.len(), 1);
+        assert!(!p2.more);
+        assert_eq!(s.list("/", None, 0).await?.items.len(), 4);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn recovers_after_reopen_and_compaction() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        let mut cfg = EmbeddedConfig::new(dir.path());
+        cfg.compact_log_bytes = 2_000;
+        {
+            let s = EmbeddedStore::open(cfg.clone())?;
+            for i in 0..200 {
+                s.write(put(&format!("/k/{i:03}"), &"x".repeat(50))).await?;
+            }
+            for i in 0..100 {
+                s.write(Write::Delete {
+                    key: format!("/k/{i:03}"),
+                    expected: None,
+                })
+                .await?;
+            }
+        }
+        let log_len = std::fs::metadata(dir.path().join(LOG))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(log_len < 4_000, "log was not compacted: {log_len} bytes");
+        let s = EmbeddedStore::open(cfg)?;
+        assert_eq!(s.revision().await?, 300);
+        let all = s.list("/k/", None, 0).await?;
+        assert_eq!(all.items.len(), 100);
+        assert_eq!(all.items[0].key, "/k/100");
+        // History did not survive: a watch from the past is compacted, from now is fine.
+        assert!(matches!(
+            s.watch("/k/", 10).await,
+            Err(StoreError::Compacted { .. })
+        ));
+        assert!(s.watch("/k/", 300).await.is_ok());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn torn_log_tail_is_dropped() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        {
+            let s = open_default(dir.path())?;
+            s.write(put("/a", "1")).await?;
+            s.write(put("/b", "2")).await?;
+        }
+        let log = dir.path().join(LOG);
+        let mut data = std::fs::read(&log).map_err(|e| StoreError::Io {
+            path: "log".into(),
+            source: e,
+        })?;
+        data.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3]);
+        std::fs::write(&log, &data).map_err(|e| StoreError::Io {
+            path: "log".into(),
+            source: e,
+        })?;
+        let s = open_default(dir.path())?;
+        assert_eq!(s.revision().await?, 2);
+        s.write(put("/c", "3")).await?;
+        drop(s);
+        let s = open_default(dir.path())?;
+        assert_eq!(s.list("/", None, 0).await?.items.len(), 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn watch_replays_history_then_follows() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        let s = open_default(dir.path())?;
+        s.write(put("/pods/a", "1")).await?;
+        s.write(put("/svc/x", "1")).await?;
+        s.write(put("/pods/b", "1")).await?;
+        let mut w = s.watch("/pods/", 1).await?;
+        let e = w.next().await?;
+        assert_eq!((e.kv.key.as_str(), e.kv.mod_revision), ("/pods/b", 3));
+        s.write(Write::Delete {
+            key: "/pods/a".into(),
+            expected: None,
+        })
+        .await?;
+        let e = w.next().await?;
+        assert_eq!(
+            (e.kind, e.kv.key.as_str(), e.kv.mod_revision),
+            (EventKind::Delete, "/pods/a", 4)
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_get_distinct_revisions() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })?;
+        let s = Arc::new(open_default(dir.path())?);
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut revs = Vec::new();
+                for i in 0..50 {
+                    revs.push(s.write(put(&format!("/c/{t}/{i}"), "v")).await?.kv.mod_revision);
+                }
+                Ok::<_, StoreError>(revs)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.map_err(|_| StoreError::Closed)??);
+        }
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 400);
+        assert_eq!(s.revision().await?, 400);
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Storage behind one trait with etcd's model: a global revision that is every object's
+//! `resourceVersion`, compare-and-swap on an object's revision, watch from a revision, and
+//! compaction (a watch from before the compacted revision fails with [`StoreError::Compacted`]).
+
+pub mod embedded;
+mod wal;
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A store revision (etcd's `mod_revision`; the API's `resourceVersion`).
+pub type Revision = i64;
+
+/// A stored value with its revisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Vec<u8>,
+    /// The revision that created the key.
+    pub create_revision: Revision,
+    /// The revision of the last change to the key.
+    pub mod_revision: Revision,
+}
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change. For a delete, `kv` is the last value and `kv.mod_revision` the delete's revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    /// The value before this change (None for a creation).
+    pub prev: Option<KeyValue>,
+}
+
+/// Errors of every store backend.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("key {key} not found")]
+    NotFound { key: String },
+    #[error("key {key} already exists")]
+    AlreadyExists { key: String },
+    #[error("key {key} was modified: expected revision {expected}, found {actual}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Revision,
+    },
+    #[error("revision {requested} has been compacted (oldest available is {compacted} + 1)")]
+    Compacted {
+        requested: Revision,
+        compacted: Revision,
+    },
+    #[error("store I/O on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("store data in {path} is corrupt: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error("the store is shut down")]
+    Closed,
+}
+
+/// Result alias for the store.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A boxed future, so the trait can be used as `Arc<dyn Store>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A page of a range read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    pub items: Vec<KeyValue>,
+    /// The store revision the page was read at.
+    pub revision: Revision,
+    /// True when more keys follow the last one returned.
+    pub more: bool,
+}
+
+/// One write of a transaction-free API: the store applies it atomically and returns the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Fails with AlreadyExists if the key exists.
+    Create { key: String, value: Vec<u8> },
+    /// Fails with NotFound / Conflict unless the key exists at `expected` (or any revision if None).
+    Update {
+        key: String,
+        value: Vec<u8>,
+        expected: Option<Revision>,
+    },
+    /// Fails with NotFound / Conflict like Update.
+    Delete { key: String, expected: Option<Revision> },
+}
+
+impl Write {
+    /// The key written.
+    pub fn key(&self) -> &str {
+        match self {
+            Write::Create { key, .. } | Write::Update { key, .. } | Write::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// A stream of events for a key prefix.
+pub trait WatchStream: Send {
+    /// The next event; `Err(Compacted)` when the watcher fell too far behind, `Err(Closed)` at shutdown.
+    fn next(&mut self) -> BoxFuture<'_, Result<Event>>;
+}
+
+/// The storage interface of the API server.
+pub trait Store: Send + Sync + 'static {
+    /// Reads one key at the current revision.
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyValue>>>;
+    /// Reads keys with `prefix` in key order, starting after `start_after` (exclusive), at most
+    /// `limit` (0 = all).
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<ListPage>>;
+    /// Applies one write durably; the returned event carries the new revision.
+    fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>>;
+    /// Events for keys under `prefix` with revision greater than `after`.
+    fn watch<'a>(&'a self, prefix: &'a str, after: Revision) -> BoxFuture<'a, Result<Box<dyn WatchStream>>>;
+    /// The current revision.
+    fn revision(&self) -> BoxFuture<'_, Result<Revision>>;
+    /// The highest compacted revision (watches must start after it).
+    fn compacted(&self) -> BoxFuture<'_, Result<Revision>>;
+}

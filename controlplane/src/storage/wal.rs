@@ -1,0 +1,215 @@
+//! On-disk format of the embedded store: a snapshot file and a write-ahead log, both sequences of
+//! checksummed records `[len: u32 LE][crc32: u32 LE][payload]`.
+//!
+//! Payload: `op: u8` (1 put, 2 delete, 3 snapshot header), `revision: i64`, `create_revision: i64`,
+//! `key_len: u32`, key, `value_len: u32`, value (all little-endian). A record is acknowledged only
+//! after the log is fsynced, so a short or corrupt record can only be the unacknowledged tail of
+//! the log; recovery stops there and truncates it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::Path;
+
+use super::{Result, StoreError};
+
+/// A decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub op: Op,
+    pub revision: i64,
+    pub create_revision: i64,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+/// Record kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Put = 1,
+    Delete = 2,
+    /// First record of a snapshot: `revision` is the store revision, `create_revision` the
+    /// compacted revision.
+    SnapshotHeader = 3,
+}
+
+/// Refuses absurd lengths from a corrupt file before allocating.
+const MAX_RECORD: u32 = 64 << 20;
+
+/// Appends the encoded record to `out`.
+pub fn encode(rec: &Record, out: &mut Vec<u8>) {
+    let mut payload = Vec::with_capacity(29 + rec.key.len() + rec.value.len());
+    payload.push(rec.op as u8);
+    payload.extend_from_slice(&rec.revision.to_le_bytes());
+    payload.extend_from_slice(&rec.create_revision.to_le_bytes());
+    payload.extend_from_slice(&(rec.key.len() as u32).to_le_bytes());
+    payload.extend_from_slice(rec.key.as_bytes());
+    payload.extend_from_slice(&(rec.value.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&rec.value);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+}
+
+fn decode_payload(p: &[u8]) -> Option<Record> {
+    let op = match *p.first()? {
+        1 => Op::Put,
+        2 => Op::Delete,
+        3 => Op::SnapshotHeader,
+        _ => return None,
+    };
+    let i64_at = |o: usize| {
+        p.get(o..o + 8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let u32_at = |o: usize| {
+        p.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as usize)
+    };
+    let revision = i64_at(1)?;
+    let create_revision = i64_at(9)?;
+    let klen = u32_at(17)?;
+    let key = String::from_utf8(p.get(21..21 + klen)?.to_vec()).ok()?;
+    let vlen = u32_at(21 + klen)?;
+    let value = p.get(25 + klen..25 + klen + vlen)?.to_vec();
+    if 25 + klen + vlen != p.len() {
+        return None;
+    }
+    Some(Record {
+        op,
+        revision,
+        create_revision,
+        key,
+        value,
+    })
+}
+
+/// Decodes records from `data`; returns them and the length of the valid prefix.
+pub fn decode_all(data: &[u8]) -> (Vec<Record>, usize) {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos + 8 <= data.len() {
+        let len = u32::from_le_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]);
+        let crc = u32::from_le_bytes([data[pos + 4], data[pos + 5], data[pos + 6], data[pos + 7]]);
+        if len > MAX_RECORD {
+            break;
+        }
+        let end = pos + 8 + len as usize;
+        let Some(payload) = data.get(pos + 8..end) else {
+            break;
+        };
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        let Some(rec) = decode_payload(payload) else { break };
+        out.push(rec);
+        pos = end;
+    }
+    (out, pos)
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads a whole file, or an empty vector if it does not exist.
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+    match File::open(path) {
+        Ok(mut f) => {
+            let mut v = Vec::new();
+            f.read_to_end(&mut v).map_err(io(path))?;
+            Ok(v)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
+/// fsyncs a directory so renames and creations in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Writes `data` to `path` atomically and durably (temp file, fsync, rename, fsync dir).
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(data).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Opens the log for appending, truncated to `valid_len` (dropping an unacknowledged torn tail).
+pub fn open_log(path: &Path, valid_len: u64) -> Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io(path))?;
+    if f.metadata().map_err(io(path))?.len() != valid_len {
+        f.set_len(valid_len).map_err(io(path))?;
+        f.sync_all().map_err(io(path))?;
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(rev: i64, key: &str, value: &[u8]) -> Record {
+        Record {
+            op: Op::Put,
+            revision: rev,
+            create_revision: rev,
+            key: key.into(),
+            value: value.to_vec(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut buf = Vec::new();
+        encode(&rec(1, "/a", b"x"), &mut buf);
+        encode(
+            &Record {
+                op: Op::Delete,
+                ..rec(2, "/a", b"")
+            },
+            &mut buf,
+        );
+        let (recs, len) = decode_all(&buf);
+        assert_eq!(len, buf.len());
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[0], rec(1, "/a", b"x"));
+        assert_eq!(recs[1].op, Op::Delete);
+    }
+
+    #[test]
+    fn torn_and_corrupt_tails_are_cut() {
+        let mut buf = Vec::new();
+        encode(&rec(1, "/a", b"one"), &mut buf);
+        let good = buf.len();
+        encode(&rec(2, "/b", b"two"), &mut buf);
+        // Torn: the second record is cut short.
+        let (recs, len) = decode_all(&buf[..buf.len() - 2]);
+        assert_eq!((recs.len(), len), (1, good));
+        // Corrupt: a flipped byte in the second record's payload.
+        let mut bad = buf.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        let (recs, len) = decode_all(&bad);
+        assert_eq!((recs.len(), len), (1, good));
+        // Garbage length.
+        let (recs, len) = decode_all(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        assert_eq!((recs.len(), len), (0, 0));
+    }
+}
