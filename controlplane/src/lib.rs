@@ -1,7 +1,10 @@
-//! The Kubernetes-compatible control plane. Today: the storage layer (the `Store` trait and the
-//! embedded, durable backend). The API server, the etcd backend, scheduler and controllers come
-//! with the control-plane issue.
+//! The Kubernetes-compatible control plane: the API machinery (`api`), its HTTPS transport
+//! (`server`), the cluster PKI (`pki`) and the storage layer (`storage`: the `Store` trait and the
+//! embedded durable backend). Scheduler, controllers and the etcd backend are not written yet.
 
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod pki;
+pub mod server;
 pub mod storage;

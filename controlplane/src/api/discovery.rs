@@ -1,0 +1,185 @@
+//! Discovery documents: aggregated (apidiscovery.k8s.io/v2) and legacy, and `/version`.
+
+use serde_json::{Value, json};
+
+use super::registry::{self, RESOURCES, Resource};
+
+/// The Kubernetes version the server reports (kubectl's dispatcher picks the matching client).
+pub const KUBE_MAJOR: &str = "1";
+pub const KUBE_MINOR: &str = "32";
+
+/// Content type of aggregated discovery responses.
+pub const AGGREGATED_CT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// `GET /version`.
+pub fn version() -> Value {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    json!({
+        "major": KUBE_MAJOR, "minor": KUBE_MINOR,
+        "gitVersion": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0-nodeos.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "", "gitTreeState": "clean", "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rust", "compiler": "rustc", "platform": format!("linux/{arch}"),
+    })
+}
+
+fn resource_entry(r: &Resource) -> Value {
+    let subs: Vec<Value> = r
+        .subresources
+        .iter()
+        .map(|s| {
+            json!({
+                "subresource": s.name,
+                "responseKind": { "group": s.group, "version": s.version, "kind": s.kind },
+                "verbs": s.verbs,
+            })
+        })
+        .collect();
+    let mut e = json!({
+        "resource": r.plural,
+        "responseKind": { "group": r.group, "version": r.version, "kind": r.kind },
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": VERBS,
+    });
+    if !r.short_names.is_empty() {
+        e["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        e["categories"] = json!(r.categories);
+    }
+    if !subs.is_empty() {
+        e["subresources"] = json!(subs);
+    }
+    e
+}
+
+fn group_entry(group: &str, version: &str) -> Value {
+    let resources: Vec<Value> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .map(resource_entry)
+        .collect();
+    let mut meta = json!({ "creationTimestamp": null });
+    if !group.is_empty() {
+        meta["name"] = json!(group);
+    }
+    json!({ "metadata": meta, "versions": [{ "version": version, "resources": resources, "freshness": "Current" }] })
+}
+
+/// Aggregated `/api` (core only) or `/apis` (every named group).
+pub fn aggregated(core: bool) -> Value {
+    let items: Vec<Value> = if core {
+        vec![group_entry("", "v1")]
+    } else {
+        registry::groups()
+            .into_iter()
+            .map(|(g, v)| group_entry(g, v))
+            .collect()
+    };
+    json!({ "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items })
+}
+
+/// Legacy `/api`.
+pub fn legacy_api() -> Value {
+    json!({ "kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [] })
+}
+
+/// Legacy `/apis`.
+pub fn legacy_apis() -> Value {
+    let groups: Vec<Value> = registry::groups()
+        .into_iter()
+        .map(|(g, v)| {
+            let gv = json!({ "groupVersion": format!("{g}/{v}"), "version": v });
+            json!({ "name": g, "versions": [gv.clone()], "preferredVersion": gv })
+        })
+        .collect();
+    json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
+}
+
+/// Legacy `/api/v1` or `/apis/<group>/<version>`; None for an unknown group/version.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let mut list = Vec::new();
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let mut e = json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": VERBS,
+        });
+        if !r.short_names.is_empty() {
+            e["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            e["categories"] = json!(r.categories);
+        }
+        list.push(e);
+        for s in r.subresources {
+            let mut e = json!({
+                "name": format!("{}/{}", r.plural, s.name), "singularName": "", "namespaced": r.namespaced,
+                "kind": s.kind, "verbs": s.verbs,
+            });
+            if s.group != r.group || s.version != r.version {
+                e["group"] = json!(s.group);
+                e["version"] = json!(s.version);
+            }
+            list.push(e);
+        }
+    }
+    if list.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregated_core_lists_pods_with_subresources() {
+        let d = aggregated(true);
+        let res = &d["items"][0]["versions"][0]["resources"];
+        let pods = res
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["resource"] == "pods"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert!(pods["subresources"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|x| x["subresource"] == "eviction" && x["responseKind"]["group"] == "policy")
+        }));
+        assert!(d["items"][0]["metadata"].get("name").is_none());
+    }
+
+    #[test]
+    fn legacy_lists_subresources_with_their_group() {
+        let l = resource_list("apps", "v1").unwrap_or_default();
+        let scale = l["resources"]
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == "deployments/scale"))
+            .cloned();
+        assert_eq!(scale.map(|s| s["group"].clone()), Some(json!("autoscaling")));
+        assert!(resource_list("nope", "v1").is_none());
+    }
+}

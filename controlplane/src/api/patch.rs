@@ -1,0 +1,367 @@
+//! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge patch.
+//!
+//! Strategic merge here follows Kubernetes' rules for the lists kubectl patches: lists of objects
+//! with a known merge key (containers by `name`, ports by `containerPort`, ...) are merged
+//! element by element; `$patch: delete|replace` on map and list elements, `$setElementOrder/<list>`
+//! for ordering and `$retainKeys` are honoured; other lists are replaced.
+
+use serde_json::{Map, Value};
+
+/// RFC 7386 merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+fn pointer_parts(path: &str) -> Result<Vec<String>, String> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| format!("invalid JSON pointer {path:?}"))?;
+    Ok(rest.split('/').map(unescape).collect())
+}
+
+fn parent_mut<'a>(doc: &'a mut Value, parts: &[String]) -> Result<&'a mut Value, String> {
+    let mut cur = doc;
+    for p in &parts[..parts.len().saturating_sub(1)] {
+        cur = match cur {
+            Value::Object(m) => m
+                .get_mut(p)
+                .ok_or_else(|| format!("path segment {p:?} not found"))?,
+            Value::Array(a) => {
+                let i: usize = p.parse().map_err(|_| format!("invalid array index {p:?}"))?;
+                a.get_mut(i)
+                    .ok_or_else(|| format!("array index {i} out of range"))?
+            }
+            _ => return Err(format!("cannot descend into {p:?}")),
+        };
+    }
+    Ok(cur)
+}
+
+fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let parts = pointer_parts(path)?;
+    let Some(last) = parts.last().cloned() else {
+        *doc = value;
+        return Ok(());
+    };
+    match parent_mut(doc, &parts)? {
+        Value::Object(m) => {
+            m.insert(last, value);
+            Ok(())
+        }
+        Value::Array(a) => {
+            if last == "-" {
+                a.push(value);
+                return Ok(());
+            }
+            let i: usize = last
+                .parse()
+                .map_err(|_| format!("invalid array index {last:?}"))?;
+            if i > a.len() {
+                return Err(format!("array index {i} out of range"));
+            }
+            a.insert(i, value);
+            Ok(())
+        }
+        _ => Err(format!("cannot add at {path:?}")),
+    }
+}
+
+fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
+    let parts = pointer_parts(path)?;
+    let last = parts.last().cloned().ok_or("cannot remove the whole document")?;
+    match parent_mut(doc, &parts)? {
+        Value::Object(m) => m.remove(&last).ok_or_else(|| format!("path {path:?} not found")),
+        Value::Array(a) => {
+            let i: usize = last
+                .parse()
+                .map_err(|_| format!("invalid array index {last:?}"))?;
+            if i >= a.len() {
+                return Err(format!("array index {i} out of range"));
+            }
+            Ok(a.remove(i))
+        }
+        _ => Err(format!("path {path:?} not found")),
+    }
+}
+
+/// RFC 6902 JSON patch.
+pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
+    let ops = ops
+        .as_array()
+        .ok_or("a JSON patch must be an array of operations")?;
+    for op in ops {
+        let kind = op["op"].as_str().ok_or("operation without \"op\"")?;
+        let path = op["path"].as_str().ok_or("operation without \"path\"")?;
+        match kind {
+            "add" => add(doc, path, op.get("value").cloned().ok_or("add without value")?)?,
+            "remove" => {
+                remove(doc, path)?;
+            }
+            "replace" => {
+                remove(doc, path).or_else(|e| if path.is_empty() { Ok(Value::Null) } else { Err(e) })?;
+                add(
+                    doc,
+                    path,
+                    op.get("value").cloned().ok_or("replace without value")?,
+                )?;
+            }
+            "move" | "copy" => {
+                let from = op["from"].as_str().ok_or("move/copy without from")?;
+                let v = if kind == "move" {
+                    remove(doc, from)?
+                } else {
+                    doc.pointer(from)
+                        .cloned()
+                        .ok_or_else(|| format!("path {from:?} not found"))?
+                };
+                add(doc, path, v)?;
+            }
+            "test" => {
+                let want = op.get("value").ok_or("test without value")?;
+                if doc.pointer(path) != Some(want) {
+                    return Err(format!("test failed at {path:?}"));
+                }
+            }
+            other => return Err(format!("unknown JSON patch operation {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// The merge key of a list field, by field name (Kubernetes' `patchMergeKey` tags).
+fn merge_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "hostAliases"
+        | "readinessGates"
+        | "resourceClaims"
+        | "secrets" => match field {
+            "hostAliases" => "ip",
+            "readinessGates" => "conditionType",
+            _ => "name",
+        },
+        "volumeMounts" => "mountPath",
+        "volumeDevices" => "devicePath",
+        "ports" => "containerPort",
+        "conditions" => "type",
+        "tolerations" | "finalizers" => return None,
+        "ownerReferences" => "uid",
+        _ => return None,
+    })
+}
+
+/// Fields whose lists merge as sets of scalars.
+fn merges_scalars(field: &str) -> bool {
+    field == "finalizers"
+}
+
+/// Strategic merge patch of `patch` into `target`.
+pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return Ok(());
+    };
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        let mut clean = p.clone();
+        clean.remove("$patch");
+        *target = Value::Object(clean);
+        return Ok(());
+    }
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(t) = target else { return Ok(()) };
+    if let Some(retain) = p.get("$retainKeys").and_then(Value::as_array) {
+        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
+        t.retain(|k, _| keep.contains(&k.as_str()));
+    }
+    for (k, v) in p {
+        if k.starts_with("$setElementOrder/") || k == "$retainKeys" || k == "$patch" {
+            continue;
+        }
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(list)), Some(del)) = (t.get_mut(field), v.as_array()) {
+                list.retain(|x| !del.contains(x));
+            }
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        match (v, merge_key(k)) {
+            (Value::Array(items), Some(key)) => {
+                let order = p
+                    .get(&format!("$setElementOrder/{k}"))
+                    .and_then(Value::as_array)
+                    .cloned();
+                let cur = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
+                merge_list(cur, items, key, order.as_deref())?;
+            }
+            (Value::Array(items), None) if merges_scalars(k) => {
+                let cur = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
+                if let Value::Array(c) = cur {
+                    for it in items {
+                        if !c.contains(it) {
+                            c.push(it.clone());
+                        }
+                    }
+                }
+            }
+            (Value::Object(_), _) => {
+                if v.get("$patch").and_then(Value::as_str) == Some("delete") {
+                    t.remove(k);
+                } else {
+                    strategic_merge(t.entry(k.clone()).or_insert(Value::Null), v)?;
+                }
+            }
+            _ => {
+                t.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn merge_list(cur: &mut Value, items: &[Value], key: &str, order: Option<&[Value]>) -> Result<(), String> {
+    if !cur.is_array() {
+        *cur = Value::Array(Vec::new());
+    }
+    let Value::Array(list) = cur else { return Ok(()) };
+    for it in items {
+        let Some(kv) = it.get(key) else {
+            return Err(format!(
+                "strategic merge patch: list element without merge key {key:?}"
+            ));
+        };
+        let pos = list.iter().position(|x| x.get(key) == Some(kv));
+        match (it.get("$patch").and_then(Value::as_str), pos) {
+            (Some("delete"), Some(i)) => {
+                list.remove(i);
+            }
+            (Some("delete"), None) => {}
+            (Some("replace"), Some(i)) => {
+                let mut clean = it.clone();
+                if let Value::Object(m) = &mut clean {
+                    m.remove("$patch");
+                }
+                list[i] = clean;
+            }
+            (_, Some(i)) => strategic_merge(&mut list[i], it)?,
+            (_, None) => {
+                let mut fresh = Value::Null;
+                strategic_merge(&mut fresh, it)?;
+                list.push(fresh);
+            }
+        }
+    }
+    if let Some(order) = order {
+        let rank = |x: &Value| {
+            order
+                .iter()
+                .position(|o| o.get(key) == x.get(key))
+                .unwrap_or(usize::MAX)
+        };
+        list.sort_by_key(rank);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_sets_and_removes() {
+        let mut d = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
+        merge_patch(&mut d, &json!({"metadata": {"labels": {"a": null, "c": "3"}}}));
+        assert_eq!(d, json!({"metadata": {"labels": {"b": "2", "c": "3"}}}));
+    }
+
+    #[test]
+    fn json_patch_ops() {
+        let mut d = json!({"spec": {"template": {"x": 1}}, "list": [1, 2]});
+        json_patch(
+            &mut d,
+            &json!([
+                {"op": "replace", "path": "/spec/template", "value": {"y": 2}},
+                {"op": "add", "path": "/list/-", "value": 3},
+                {"op": "remove", "path": "/list/0"},
+                {"op": "test", "path": "/list/0", "value": 2},
+                {"op": "add", "path": "/metadata~1x", "value": true}
+            ]),
+        )
+        .expect("patch");
+        assert_eq!(
+            d,
+            json!({"spec": {"template": {"y": 2}}, "list": [2, 3], "metadata/x": true})
+        );
+        assert!(json_patch(&mut d, &json!([{"op": "test", "path": "/list/0", "value": 9}])).is_err());
+        assert!(json_patch(&mut d, &json!({"op": "add"})).is_err());
+    }
+
+    #[test]
+    fn strategic_merge_by_container_name() {
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x:1", "ports": [{"containerPort": 80}]},
+            {"name": "b", "image": "y:1"}]}}}});
+        strategic_merge(
+            &mut d,
+            &json!({"spec": {"template": {"spec": {
+            "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+            "containers": [{"name": "a", "image": "x:2"}]}}}}),
+        )
+        .expect("smp");
+        let cs = &d["spec"]["template"]["spec"]["containers"];
+        assert_eq!(cs[0]["name"], "b");
+        assert_eq!(cs[1]["image"], "x:2");
+        assert_eq!(cs[1]["ports"][0]["containerPort"], 80);
+        strategic_merge(
+            &mut d,
+            &json!({"spec": {"template": {"spec": {"containers": [{"name": "b", "$patch": "delete"}]}}}}),
+        )
+        .expect("smp");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn strategic_merge_null_and_replace_lists() {
+        let mut d = json!({"spec": {"unschedulable": true, "args": ["a", "b"]}});
+        strategic_merge(&mut d, &json!({"spec": {"unschedulable": null, "args": ["c"]}})).expect("smp");
+        assert_eq!(d, json!({"spec": {"args": ["c"]}}));
+    }
+}

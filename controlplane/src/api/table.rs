@@ -1,0 +1,448 @@
+//! Server-side `meta.k8s.io/v1 Table` output for `kubectl get`: per-kind columns, each row with
+//! a PartialObjectMetadata (or the full object with `includeObject=Object`).
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::object::age;
+use super::registry::Resource;
+
+struct Column {
+    name: &'static str,
+    ty: &'static str,
+    priority: u8,
+}
+
+const fn col(name: &'static str, ty: &'static str, priority: u8) -> Column {
+    Column { name, ty, priority }
+}
+
+fn columns(r: &Resource) -> Vec<Column> {
+    match (r.group, r.plural) {
+        ("", "pods") => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Status", "string", 0),
+            col("Restarts", "string", 0),
+            col("Age", "string", 0),
+            col("IP", "string", 1),
+            col("Node", "string", 1),
+            col("Nominated Node", "string", 1),
+            col("Readiness Gates", "string", 1),
+        ],
+        ("", "namespaces") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Age", "string", 0),
+        ],
+        ("", "nodes") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Roles", "string", 0),
+            col("Age", "string", 0),
+            col("Version", "string", 0),
+            col("Internal-IP", "string", 1),
+            col("External-IP", "string", 1),
+            col("OS-Image", "string", 1),
+            col("Kernel-Version", "string", 1),
+            col("Container-Runtime", "string", 1),
+        ],
+        ("", "configmaps") => vec![
+            col("Name", "string", 0),
+            col("Data", "integer", 0),
+            col("Age", "string", 0),
+        ],
+        ("", "secrets") => {
+            vec![
+                col("Name", "string", 0),
+                col("Type", "string", 0),
+                col("Data", "integer", 0),
+                col("Age", "string", 0),
+            ]
+        }
+        ("", "serviceaccounts") => vec![
+            col("Name", "string", 0),
+            col("Secrets", "integer", 0),
+            col("Age", "string", 0),
+        ],
+        ("", "services") => vec![
+            col("Name", "string", 0),
+            col("Type", "string", 0),
+            col("Cluster-IP", "string", 0),
+            col("External-IP", "string", 0),
+            col("Port(s)", "string", 0),
+            col("Age", "string", 0),
+            col("Selector", "string", 1),
+        ],
+        ("apps", "deployments") => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Up-to-date", "string", 0),
+            col("Available", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        ("apps", "replicasets") => vec![
+            col("Name", "string", 0),
+            col("Desired", "integer", 0),
+            col("Current", "integer", 0),
+            col("Ready", "integer", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
+    }
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+fn i(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// kubectl's pod STATUS column (the essentials of upstream `printPod`).
+pub fn pod_status(pod: &Value) -> String {
+    let st = &pod["status"];
+    let mut reason = st["reason"]
+        .as_str()
+        .or(st["phase"].as_str())
+        .unwrap_or("Pending")
+        .to_string();
+    let inits = st["initContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let total_init = pod["spec"]["initContainers"].as_array().map_or(0, Vec::len);
+    let mut initializing = false;
+    for (idx, c) in inits.iter().enumerate() {
+        let state = &c["state"];
+        if state["terminated"]["exitCode"].as_i64() == Some(0) {
+            continue;
+        }
+        initializing = true;
+        reason = if let Some(r) = state["terminated"]["reason"].as_str() {
+            format!("Init:{r}")
+        } else if !state["terminated"].is_null() {
+            format!("Init:ExitCode:{}", i(&state["terminated"]["exitCode"]))
+        } else if let Some(r) = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| *r != "PodInitializing")
+        {
+            format!("Init:{r}")
+        } else {
+            format!("Init:{idx}/{total_init}")
+        };
+        break;
+    }
+    if !initializing {
+        let mut has_running = false;
+        for c in st["containerStatuses"].as_array().into_iter().flatten().rev() {
+            let state = &c["state"];
+            if let Some(r) = state["waiting"]["reason"].as_str() {
+                reason = r.to_string();
+            } else if let Some(r) = state["terminated"]["reason"].as_str() {
+                reason = r.to_string();
+            } else if !state["terminated"].is_null() {
+                let sig = i(&state["terminated"]["signal"]);
+                reason = if sig != 0 {
+                    format!("Signal:{sig}")
+                } else {
+                    format!("ExitCode:{}", i(&state["terminated"]["exitCode"]))
+                };
+            } else if !state["running"].is_null() && c["ready"].as_bool() == Some(true) {
+                has_running = true;
+            }
+        }
+        if reason == "Completed" && has_running {
+            reason = "Running".into();
+        }
+    }
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        reason = if st["reason"].as_str() == Some("NodeLost") {
+            "Unknown".into()
+        } else {
+            "Terminating".into()
+        };
+    }
+    reason
+}
+
+fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
+    let name = json!(s(&obj["metadata"]["name"]));
+    let created = age(
+        obj["metadata"]["creationTimestamp"].as_str().unwrap_or_default(),
+        now,
+    );
+    let none = || json!("<none>");
+    match (r.group, r.plural) {
+        ("", "pods") => {
+            let statuses = obj["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = statuses
+                .iter()
+                .filter(|c| c["ready"].as_bool() == Some(true))
+                .count();
+            let restarts: i64 = statuses.iter().map(|c| i(&c["restartCount"])).sum();
+            let ip = obj["status"]["podIP"].as_str().map_or_else(none, |x| json!(x));
+            let node = obj["spec"]["nodeName"].as_str().map_or_else(none, |x| json!(x));
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(pod_status(obj)),
+                json!(restarts.to_string()),
+                json!(created),
+                ip,
+                node,
+                none(),
+                none(),
+            ]
+        }
+        ("", "namespaces") => vec![
+            name,
+            json!(obj["status"]["phase"].as_str().unwrap_or("Active")),
+            json!(created),
+        ],
+        ("", "nodes") => {
+            let ready = obj["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| {
+                    if c["status"] == "True" {
+                        "Ready"
+                    } else if c["status"] == "False" {
+                        "NotReady"
+                    } else {
+                        "Unknown"
+                    }
+                })
+                .unwrap_or("Unknown");
+            let status = if obj["spec"]["unschedulable"].as_bool() == Some(true) {
+                format!("{ready},SchedulingDisabled")
+            } else {
+                ready.to_string()
+            };
+            let roles: Vec<String> = obj["metadata"]["labels"]
+                .as_object()
+                .map(|l| {
+                    l.keys()
+                        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let addr = |t: &str| {
+                obj["status"]["addresses"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x["type"] == t))
+                    .map_or_else(none, |x| x["address"].clone())
+            };
+            let info = &obj["status"]["nodeInfo"];
+            vec![
+                name,
+                json!(status),
+                json!(if roles.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    roles.join(",")
+                }),
+                json!(created),
+                json!(s(&info["kubeletVersion"])),
+                addr("InternalIP"),
+                addr("ExternalIP"),
+                json!(s(&info["osImage"])),
+                json!(s(&info["kernelVersion"])),
+                json!(s(&info["containerRuntimeVersion"])),
+            ]
+        }
+        ("", "configmaps") => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len())
+                + obj["binaryData"].as_object().map_or(0, |m| m.len());
+            vec![name, json!(n), json!(created)]
+        }
+        ("", "secrets") => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len());
+            vec![
+                name,
+                json!(obj["type"].as_str().unwrap_or("Opaque")),
+                json!(n),
+                json!(created),
+            ]
+        }
+        ("", "serviceaccounts") => vec![
+            name,
+            json!(obj["secrets"].as_array().map_or(0, Vec::len)),
+            json!(created),
+        ],
+        ("", "services") => {
+            let spec = &obj["spec"];
+            let ports: Vec<String> = spec["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let proto = p["protocol"].as_str().unwrap_or("TCP");
+                    match p["nodePort"].as_i64() {
+                        Some(np) => format!("{}:{np}/{proto}", i(&p["port"])),
+                        None => format!("{}/{proto}", i(&p["port"])),
+                    }
+                })
+                .collect();
+            let selector = spec["selector"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .filter(|x| !x.is_empty())
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                name,
+                json!(spec["type"].as_str().unwrap_or("ClusterIP")),
+                json!(spec["clusterIP"].as_str().unwrap_or("<none>")),
+                json!("<none>"),
+                json!(if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                }),
+                json!(created),
+                json!(selector),
+            ]
+        }
+        ("apps", "deployments") | ("apps", "replicasets") => {
+            let spec = &obj["spec"];
+            let st = &obj["status"];
+            let containers = spec["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let names = containers
+                .iter()
+                .map(|c| s(&c["name"]))
+                .collect::<Vec<_>>()
+                .join(",");
+            let images = containers
+                .iter()
+                .map(|c| s(&c["image"]))
+                .collect::<Vec<_>>()
+                .join(",");
+            let selector = spec["selector"]["matchLabels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default();
+            let desired = spec["replicas"].as_i64().unwrap_or(1);
+            if r.plural == "deployments" {
+                vec![
+                    name,
+                    json!(format!("{}/{desired}", i(&st["readyReplicas"]))),
+                    json!(i(&st["updatedReplicas"])),
+                    json!(i(&st["availableReplicas"])),
+                    json!(created),
+                    json!(names),
+                    json!(images),
+                    json!(selector),
+                ]
+            } else {
+                vec![
+                    name,
+                    json!(desired),
+                    json!(i(&st["replicas"])),
+                    json!(i(&st["readyReplicas"])),
+                    json!(created),
+                    json!(names),
+                    json!(images),
+                    json!(selector),
+                ]
+            }
+        }
+        _ => vec![name, json!(created)],
+    }
+}
+
+/// PartialObjectMetadata for a row.
+fn partial(obj: &Value) -> Value {
+    json!({ "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"].clone() })
+}
+
+/// A Table of `objects`, with `resource_version` (and `continue`) in its list metadata.
+pub fn table(
+    r: &Resource,
+    objects: &[Value],
+    resource_version: &str,
+    cont: Option<&str>,
+    full: bool,
+) -> Value {
+    let now = SystemTime::now();
+    let defs: Vec<Value> = columns(r)
+        .into_iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "type": c.ty, "format": if c.name == "Name" { "name" } else { "" },
+                "description": c.name, "priority": c.priority,
+            })
+        })
+        .collect();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| json!({ "cells": cells(r, o, now), "object": if full { o.clone() } else { partial(o) } }))
+        .collect();
+    let mut meta = json!({ "resourceVersion": resource_version });
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    json!({ "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": defs, "rows": rows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_status_strings() {
+        let p = |st: Value| json!({"spec": {"containers": [{}], "initContainers": [{}, {}]}, "status": st, "metadata": {}});
+        assert_eq!(pod_status(&p(json!({"phase": "Pending"}))), "Pending");
+        assert_eq!(
+            pod_status(&p(
+                json!({"phase": "Running", "containerStatuses": [{"ready": true, "state": {"running": {}}}]})
+            )),
+            "Running"
+        );
+        assert_eq!(
+            pod_status(&p(
+                json!({"phase": "Running", "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
+            )),
+            "CrashLoopBackOff"
+        );
+        assert_eq!(
+            pod_status(&p(json!({"phase": "Pending", "initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 0}}}, {"state": {"running": {}}}]}))),
+            "Init:1/2"
+        );
+        assert_eq!(
+            pod_status(&p(
+                json!({"phase": "Pending", "initContainerStatuses": [{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]})
+            )),
+            "Init:Error"
+        );
+        let mut t = p(json!({"phase": "Running"}));
+        t["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(pod_status(&t), "Terminating");
+    }
+}

@@ -1,0 +1,157 @@
+//! Watch: a chunked stream of newline-delimited `{"type","object"}` events from a store watch,
+//! with label/field selectors (objects moving out of the selection arrive as DELETED), bookmarks,
+//! `timeoutSeconds`, and 410 Expired as an ERROR event when the start revision is compacted.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::status::ApiError;
+use super::verbs::{Filter, decode};
+use super::{Api, Body, ChannelBody, Query, Target, Want, table};
+use crate::storage::{EventKind, StoreError};
+
+/// How often a watch that allows bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+impl Api {
+    pub(crate) async fn watch(&self, t: &Target, q: &Query, want: Want) -> Result<Response<Body>, ApiError> {
+        let filter = Filter::from_query(t.res, q)?;
+        let prefix = match &t.namespace {
+            Some(ns) => t.res.namespace_prefix(ns),
+            None => t.res.key_prefix(),
+        };
+        let rv = q.get("resourceVersion").unwrap_or_default();
+        let timeout = q
+            .get("timeoutSeconds")
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(Duration::from_secs(1800));
+        let bookmarks = q.flag("allowWatchBookmarks");
+        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let res = t.res;
+        let render = move |obj: &Value, rev: &str| -> Value {
+            match want {
+                Want::Table => table::table(res, std::slice::from_ref(obj), rev, None, false),
+                Want::Object => obj.clone(),
+            }
+        };
+        // Starting point: unset or "0" means "now", preceded by ADDED for every existing object.
+        let (start, initial) = if rv.is_empty() || rv == "0" {
+            let page = self
+                .store
+                .list(&prefix, None, 0)
+                .await
+                .map_err(super::verbs::store_err)?;
+            let mut objs = Vec::new();
+            for kv in &page.items {
+                let o = decode(kv)?;
+                if filter.matches(&o) {
+                    objs.push(o);
+                }
+            }
+            (page.revision, objs)
+        } else {
+            let r = rv
+                .parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
+            (r, Vec::new())
+        };
+        let watch = self.store.watch(&prefix, start).await;
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let mut w = match watch {
+                Ok(w) => w,
+                Err(StoreError::Compacted { requested, compacted }) => {
+                    let e = ApiError::gone(format!("too old resource version: {requested} ({compacted})"));
+                    let _ = tx.send(line("ERROR", &e.to_status())).await;
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx
+                        .send(line("ERROR", &ApiError::internal(e.to_string()).to_status()))
+                        .await;
+                    return;
+                }
+            };
+            for o in &initial {
+                let rev = o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if tx.send(line("ADDED", &render(o, &rev))).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut last_rev = start;
+            loop {
+                let next = tokio::select! {
+                    e = w.next() => Some(e),
+                    _ = tokio::time::sleep(BOOKMARK_EVERY), if bookmarks => None,
+                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = tx.closed() => return,
+                };
+                let msg = match next {
+                    None => {
+                        let rev = store.revision().await.unwrap_or(last_rev).max(last_rev);
+                        let obj = json!({ "kind": res.kind, "apiVersion": res.api_version(),
+                            "metadata": { "resourceVersion": rev.to_string() } });
+                        Some(line("BOOKMARK", &obj))
+                    }
+                    Some(Err(StoreError::Compacted { requested, compacted })) => {
+                        let e =
+                            ApiError::gone(format!("too old resource version: {requested} ({compacted})"));
+                        let _ = tx.send(line("ERROR", &e.to_status())).await;
+                        return;
+                    }
+                    Some(Err(_)) => return,
+                    Some(Ok(ev)) => {
+                        last_rev = ev.kv.mod_revision;
+                        let rev = ev.kv.mod_revision.to_string();
+                        let Ok(mut obj) = decode(&ev.kv) else { continue };
+                        obj["metadata"]["resourceVersion"] = json!(rev);
+                        let was = ev
+                            .prev
+                            .as_ref()
+                            .and_then(|p| decode(p).ok())
+                            .is_some_and(|p| filter.matches(&p));
+                        let is = filter.matches(&obj);
+                        let kind = match (ev.kind, was, is) {
+                            (EventKind::Delete, true, _) => Some("DELETED"),
+                            (EventKind::Delete, false, _) => None,
+                            (EventKind::Put, _, true) if ev.prev.is_none() || !was => Some("ADDED"),
+                            (EventKind::Put, _, true) => Some("MODIFIED"),
+                            (EventKind::Put, true, false) => Some("DELETED"),
+                            (EventKind::Put, false, false) => None,
+                        };
+                        kind.map(|k| line(k, &render(&obj, &rev)))
+                    }
+                };
+                if let Some(m) = msg {
+                    if tx.send(m).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let mut resp = Response::new(ChannelBody { rx }.boxed());
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
+        Ok(resp)
+    }
+}

@@ -1,0 +1,76 @@
+//! `controlplane serve --data-dir DIR [--listen ADDR]`: the API server on its embedded store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use controlplane::api::{Api, Caller};
+use controlplane::pki::Pki;
+use controlplane::server;
+use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    if args.first().map(String::as_str) != Some("serve") {
+        bail!("usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)]");
+    }
+    let data_dir = PathBuf::from(value("--data-dir").context("--data-dir is required")?);
+    let listen: SocketAddr = value("--listen")
+        .unwrap_or_else(|| "127.0.0.1:6443".into())
+        .parse()
+        .context("--listen")?;
+    let mut sans = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    if !listen.ip().is_unspecified() && !sans.contains(&listen.ip().to_string()) {
+        sans.push(listen.ip().to_string());
+    }
+    let pki = Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let store =
+            EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?;
+        let api = Api::new(Arc::new(store), pki.ca_pem.clone());
+        api.bootstrap()
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let kubeconfig = pki.write_kubeconfig(&data_dir, addr)?;
+        let mut tokens = server::Tokens::new();
+        tokens.insert(
+            pki.admin_token.clone(),
+            Caller {
+                user: "admin".into(),
+                groups: vec!["system:masters".into()],
+            },
+        );
+        tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");
+        println!(
+            "controlplane: serving on https://{addr} (kubeconfig {})",
+            kubeconfig.display()
+        );
+        server::serve(api, listener, server::tls_config(&pki)?, tokens).await?;
+        Ok(())
+    })
+}
