@@ -1,1 +1,550 @@
+//! API tests through [`Api::handle`] on a real embedded store (no sockets).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
 use super::*;
+use crate::storage::embedded::open_default;
+
+struct Fixture {
+    api: Api,
+    _dir: tempfile::TempDir,
+}
+
+fn admin() -> Caller {
+    Caller {
+        user: "admin".into(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_default(dir.path()).expect("store");
+    let api = Api::new(Arc::new(store), "CA-PEM".into());
+    api.bootstrap().await.expect("bootstrap");
+    Fixture { api, _dir: dir }
+}
+
+impl Fixture {
+    async fn call(&self, method: Method, uri: &str, ct: &str, body: &str) -> (u16, Value) {
+        self.call_as(Some(&admin()), method, uri, ct, body, "application/json")
+            .await
+    }
+
+    async fn call_as(
+        &self,
+        who: Option<&Caller>,
+        method: Method,
+        uri: &str,
+        ct: &str,
+        body: &str,
+        accept: &str,
+    ) -> (u16, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", ct)
+            .header("accept", accept)
+            .body(Bytes::from(body.to_string()))
+            .expect("request");
+        let resp = self.api.handle(who, req).await;
+        let code = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, uri, "application/json", &body.to_string())
+            .await
+    }
+
+    async fn get(&self, uri: &str) -> (u16, Value) {
+        self.call(Method::GET, uri, "", "").await
+    }
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+#[tokio::test]
+async fn bootstrap_creates_namespaces_with_label_account_and_ca() {
+    let f = fixture().await;
+    let (code, list) = f.get("/api/v1/namespaces").await;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    assert_eq!(
+        list["items"][0]["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "default"
+    );
+    assert_eq!(
+        f.get("/api/v1/namespaces/kube-system/serviceaccounts/default")
+            .await
+            .0,
+        200
+    );
+    let (_, cm) = f
+        .get("/api/v1/namespaces/kube-public/configmaps/kube-root-ca.crt")
+        .await;
+    assert_eq!(cm["data"]["ca.crt"], "CA-PEM");
+}
+
+#[tokio::test]
+async fn anonymous_gets_401_except_health() {
+    let f = fixture().await;
+    let (code, st) = f
+        .call_as(None, Method::GET, PODS, "", "", "application/json")
+        .await;
+    assert_eq!(code, 401);
+    assert_eq!(st["reason"], "Unauthorized");
+    let (code, _) = f.call_as(None, Method::GET, "/readyz", "", "", "*/*").await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn create_sets_metadata_and_defaults() {
+    let f = fixture().await;
+    let (code, p) = f.post(PODS, pod("web")).await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["metadata"]["namespace"], "default");
+    assert_eq!(p["metadata"]["uid"].as_str().map(str::len), Some(36));
+    assert_eq!(p["metadata"]["generation"], 1);
+    assert!(
+        p["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|r| r.parse::<i64>().is_ok())
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
+    assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    let (code, st) = f.post(PODS, pod("web")).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")));
+    assert_eq!(st["message"], "pods \"web\" already exists");
+}
+
+#[tokio::test]
+async fn generate_name_and_invalid_names() {
+    let f = fixture().await;
+    let mut p = pod("");
+    p["metadata"] = json!({"generateName": "web-"});
+    let (code, created) = f.post(PODS, p).await;
+    assert_eq!(code, 201);
+    let name = created["metadata"]["name"].as_str().unwrap_or_default();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    let (code, st) = f.post(PODS, pod("Bad_Name")).await;
+    assert_eq!(code, 422);
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Pod \"Bad_Name\" is invalid: metadata.name: Invalid value")),
+        "{st}"
+    );
+    let mut nocontainers = pod("x");
+    nocontainers["spec"]["containers"] = json!([]);
+    let (code, st) = f.post(PODS, nocontainers).await;
+    assert_eq!(
+        (code, st["message"].as_str()),
+        (422, Some("Pod \"x\" is invalid: spec.containers: Required value"))
+    );
+}
+
+#[tokio::test]
+async fn bad_bodies_change_nothing() {
+    let f = fixture().await;
+    let before = f.get(PODS).await.1["metadata"]["resourceVersion"].clone();
+    let (code, st) = f.call(Method::POST, PODS, "application/json", "{not json").await;
+    assert_eq!((code, st["reason"].as_str()), (400, Some("BadRequest")));
+    let (code, _) = f
+        .call(
+            Method::POST,
+            PODS,
+            "application/vnd.kubernetes.protobuf",
+            "k8s\0junk",
+        )
+        .await;
+    assert_eq!(code, 415);
+    let (code, _) = f
+        .call(Method::POST, PODS, "application/json", &"x".repeat(MAX_BODY + 1))
+        .await;
+    assert_eq!(code, 413);
+    let (code, _) = f.post("/api/v1/namespaces/nope/pods", pod("a")).await;
+    assert_eq!(code, 404);
+    let (code, _) = f
+        .post(
+            PODS,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(code, 400);
+    let (code, _) = f.get("/apis/nope.example/v1/things").await;
+    assert_eq!(code, 404);
+    let after = f.get(PODS).await.1["metadata"]["resourceVersion"].clone();
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn update_conflicts_on_stale_resource_version_and_bumps_generation() {
+    let f = fixture().await;
+    let (_, p) = f.post(PODS, pod("web")).await;
+    let mut stale = p.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    stale["spec"]["activeDeadlineSeconds"] = json!(5);
+    let (code, st) = f
+        .call(
+            Method::PUT,
+            &format!("{PODS}/web"),
+            "application/json",
+            &stale.to_string(),
+        )
+        .await;
+    assert_eq!(code, 409);
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the object has been modified"))
+    );
+    let mut fresh = p.clone();
+    fresh["spec"]["activeDeadlineSeconds"] = json!(5);
+    let (code, updated) = f
+        .call(
+            Method::PUT,
+            &format!("{PODS}/web"),
+            "application/json",
+            &fresh.to_string(),
+        )
+        .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["metadata"]["generation"], 2);
+    // A label-only change leaves generation alone.
+    let (_, labeled) = f
+        .call(
+            Method::PATCH,
+            &format!("{PODS}/web"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"labels":{"x":"y"}}}"#,
+        )
+        .await;
+    assert_eq!(labeled["metadata"]["generation"], 2);
+    assert_eq!(labeled["metadata"]["labels"]["x"], "y");
+}
+
+#[tokio::test]
+async fn status_subresource_only_changes_status() {
+    let f = fixture().await;
+    f.post(PODS, pod("web")).await;
+    let patch = r#"{"status":{"phase":"Running"},"spec":{"nodeName":"sneaky"}}"#;
+    let (code, p) = f
+        .call(
+            Method::PATCH,
+            &format!("{PODS}/web/status"),
+            "application/merge-patch+json",
+            patch,
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(p["status"]["phase"], "Running");
+    assert!(p["spec"]["nodeName"].is_null());
+    // ... and the main resource ignores status.
+    let (_, p) = f
+        .call(
+            Method::PATCH,
+            &format!("{PODS}/web"),
+            "application/merge-patch+json",
+            r#"{"status":{"phase":"Failed"}}"#,
+        )
+        .await;
+    assert_eq!(p["status"]["phase"], "Running");
+}
+
+#[tokio::test]
+async fn list_selectors_and_pagination() {
+    let f = fixture().await;
+    for n in ["a", "b", "c", "d"] {
+        f.post(PODS, pod(n)).await;
+    }
+    let (_, l) = f.get(&format!("{PODS}?labelSelector=app%20in%20(a%2Cc)")).await;
+    assert_eq!(l["items"].as_array().map(Vec::len), Some(2));
+    let (_, l) = f.get(&format!("{PODS}?fieldSelector=metadata.name%3Db")).await;
+    assert_eq!(l["items"][0]["metadata"]["name"], "b");
+    let (code, st) = f.get(&format!("{PODS}?fieldSelector=foo.bar%3Dbaz")).await;
+    assert_eq!(code, 400);
+    assert!(st["message"].as_str().is_some_and(|m| m.starts_with("\"foo.bar\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\", \"spec.nodeName\"")), "{st}");
+    let (_, p1) = f.get(&format!("{PODS}?limit=3")).await;
+    assert_eq!(p1["items"].as_array().map(Vec::len), Some(3));
+    let cont = p1["metadata"]["continue"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!cont.is_empty());
+    let (_, p2) = f.get(&format!("{PODS}?limit=3&continue={cont}")).await;
+    assert_eq!(p2["items"].as_array().map(Vec::len), Some(1));
+    assert!(p2["metadata"]["continue"].is_null());
+    let (_, all) = f.get("/api/v1/pods").await;
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(4));
+}
+
+#[tokio::test]
+async fn table_output_has_pod_columns() {
+    let f = fixture().await;
+    f.post(PODS, pod("web")).await;
+    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let (code, t) = f.call_as(Some(&admin()), Method::GET, PODS, "", "", accept).await;
+    assert_eq!(code, 200);
+    assert_eq!(t["kind"], "Table");
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(&cols[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+    assert_eq!(t["rows"][0]["cells"][1], "0/1");
+    assert_eq!(t["rows"][0]["cells"][2], "Pending");
+    assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+}
+
+#[tokio::test]
+async fn dry_run_persists_nothing() {
+    let f = fixture().await;
+    let (code, p) = f.post(&format!("{PODS}?dryRun=All"), pod("ghost")).await;
+    assert_eq!(code, 201);
+    assert_eq!(p["metadata"]["name"], "ghost");
+    assert_eq!(f.get(&format!("{PODS}/ghost")).await.0, 404);
+}
+
+#[tokio::test]
+async fn cascading_delete_in_all_three_modes() {
+    let f = fixture().await;
+    for (policy, dependents_left) in [("Background", 0), ("Foreground", 0), ("Orphan", 1)] {
+        let (_, owner) = f
+            .post(
+                "/api/v1/namespaces/default/configmaps",
+                json!({"metadata": {"name": "owner"}}),
+            )
+            .await;
+        let uid = owner["metadata"]["uid"].clone();
+        let mut dep = pod("dep");
+        dep["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid, "controller": true}]);
+        assert_eq!(f.post(PODS, dep).await.0, 201);
+        let body = json!({"propagationPolicy": policy}).to_string();
+        let (code, _) = f
+            .call(
+                Method::DELETE,
+                "/api/v1/namespaces/default/configmaps/owner",
+                "application/json",
+                &body,
+            )
+            .await;
+        assert_eq!(code, 200);
+        let (_, l) = f.get(PODS).await;
+        let left = l["items"].as_array().map_or(0, Vec::len);
+        assert_eq!(left, dependents_left, "{policy}");
+        if policy == "Orphan" {
+            assert!(
+                l["items"][0]["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let f = fixture().await;
+    let mut p = pod("held");
+    p["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    f.post(PODS, p).await;
+    let (code, d) = f
+        .call(Method::DELETE, &format!("{PODS}/held"), "application/json", "")
+        .await;
+    assert_eq!(code, 200);
+    assert!(d["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(f.get(&format!("{PODS}/held")).await.0, 200);
+    let (code, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{PODS}/held"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"finalizers":null}}"#,
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(f.get(&format!("{PODS}/held")).await.0, 404);
+}
+
+#[tokio::test]
+async fn delete_preconditions() {
+    let f = fixture().await;
+    f.post(PODS, pod("p")).await;
+    let body = r#"{"preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}"#;
+    let (code, st) = f
+        .call(Method::DELETE, &format!("{PODS}/p"), "application/json", body)
+        .await;
+    assert_eq!(code, 409);
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the UID in the precondition"))
+    );
+    assert_eq!(f.get(&format!("{PODS}/p")).await.0, 200);
+}
+
+#[tokio::test]
+async fn namespace_deletion_removes_its_content() {
+    let f = fixture().await;
+    f.post("/api/v1/namespaces", json!({"metadata": {"name": "team"}}))
+        .await;
+    f.post("/api/v1/namespaces/team/pods", pod("a")).await;
+    let (code, ns) = f
+        .call(Method::DELETE, "/api/v1/namespaces/team", "application/json", "")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    assert_eq!(f.get("/api/v1/namespaces/team").await.0, 404);
+    assert_eq!(f.get("/api/v1/namespaces/team/pods/a").await.0, 404);
+}
+
+#[tokio::test]
+async fn scale_subresource() {
+    let f = fixture().await;
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let (code, created) = f.post("/apis/apps/v1/namespaces/default/deployments", d).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["replicas"], 1);
+    let uri = "/apis/apps/v1/namespaces/default/deployments/web/scale";
+    let (code, s) = f
+        .call(
+            Method::PATCH,
+            uri,
+            "application/merge-patch+json",
+            r#"{"spec":{"replicas":4}}"#,
+        )
+        .await;
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(
+        (s["kind"].as_str(), s["spec"]["replicas"].as_i64()),
+        (Some("Scale"), Some(4))
+    );
+    assert_eq!(s["status"]["selector"], "app=web");
+    let (_, d) = f.get("/apis/apps/v1/namespaces/default/deployments/web").await;
+    assert_eq!(
+        (
+            d["spec"]["replicas"].as_i64(),
+            d["metadata"]["generation"].as_i64()
+        ),
+        (Some(4), Some(2))
+    );
+    // Selector must match the template.
+    let bad = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "y"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    assert_eq!(
+        f.post("/apis/apps/v1/namespaces/default/deployments", bad)
+            .await
+            .0,
+        422
+    );
+}
+
+#[tokio::test]
+async fn watch_streams_events_with_selectors() {
+    let f = fixture().await;
+    f.post(PODS, pod("a")).await;
+    let req = Request::builder()
+        .uri(format!(
+            "{PODS}?watch=true&labelSelector=app%3Da&timeoutSeconds=5"
+        ))
+        .body(Bytes::new())
+        .expect("request");
+    let resp = f.api.handle(Some(&admin()), req).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut body = resp.into_body();
+    f.call(
+        Method::PATCH,
+        &format!("{PODS}/a"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"x":"1"}}}"#,
+    )
+    .await;
+    f.post(PODS, pod("other")).await;
+    f.call(
+        Method::PATCH,
+        &format!("{PODS}/a"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"app":"gone"}}}"#,
+    )
+    .await;
+    let mut types = Vec::new();
+    while types.len() < 3 {
+        let Some(Ok(frame)) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                let v: Value = serde_json::from_slice(line).expect("event json");
+                types.push((
+                    v["type"].as_str().unwrap_or_default().to_string(),
+                    v["object"]["metadata"]["name"].clone(),
+                ));
+            }
+        }
+    }
+    // Initial ADDED, the label change, then leaving the selector shows as DELETED; "other" never shows.
+    assert_eq!(
+        types,
+        vec![
+            ("ADDED".into(), json!("a")),
+            ("MODIFIED".into(), json!("a")),
+            ("DELETED".into(), json!("a"))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn discovery_documents() {
+    let f = fixture().await;
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let req = Request::builder()
+        .uri("/apis")
+        .header("accept", accept)
+        .body(Bytes::new())
+        .expect("req");
+    let resp = f.api.handle(Some(&admin()), req).await;
+    assert_eq!(
+        resp.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    );
+    let (_, legacy) = f.get("/apis").await;
+    assert_eq!(legacy["kind"], "APIGroupList");
+    let (code, v) = f.get("/version").await;
+    assert_eq!(
+        (code, v["major"].as_str(), v["minor"].as_str()),
+        (200, Some("1"), Some("32"))
+    );
+}

@@ -1,0 +1,474 @@
+//! The API server driven by the real kubectl (the machine's `/usr/bin/kubectl` dispatcher, which
+//! picks kubectl 1.32 for this server's version) over TLS with the generated admin kubeconfig.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Server {
+    child: Child,
+    dir: Option<tempfile::TempDir>,
+    cache: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn start_in(dir: tempfile::TempDir) -> Server {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_controlplane"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start controlplane");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read banner");
+    assert!(
+        line.contains("serving on https://127.0.0.1"),
+        "unexpected banner {line:?}"
+    );
+    let cache = dir.path().join("kube-cache");
+    Server {
+        child,
+        dir: Some(dir),
+        cache,
+    }
+}
+
+fn start() -> Server {
+    start_in(tempfile::tempdir().expect("tempdir"))
+}
+
+impl Server {
+    fn path(&self) -> &Path {
+        self.dir.as_ref().map(|d| d.path()).expect("data dir")
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.path().join("admin.kubeconfig")
+    }
+
+    /// Kills the server (like kill -9) and hands back its data directory.
+    fn kill(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.take().expect("data dir")
+    }
+
+    /// Runs kubectl; returns (success, stdout, stderr).
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        self.kubectl_stdin(args, None)
+    }
+
+    fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut cmd = Command::new("kubectl");
+        cmd.env("KUBECONFIG", self.kubeconfig())
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run kubectl");
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            use std::io::Write;
+            pipe.write_all(input.as_bytes()).expect("stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    fn apply(&self, args: &[&str], manifest: &str) -> String {
+        let (ok, out, err) = self.kubectl_stdin(args, Some(manifest));
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.26
+"#;
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: solo
+  labels: {app: solo, tier: fe}
+spec:
+  containers:
+  - name: main
+    image: busybox:1.36
+"#;
+
+#[test]
+fn version_discovery_and_namespaces() {
+    let s = start();
+    let v = s.ok(&["version"]);
+    assert!(v.contains("Server Version: v1.32.0-nodeos"), "{v}");
+    let ns = s.ok(&["get", "namespaces"]);
+    for n in ["default", "kube-node-lease", "kube-public", "kube-system"] {
+        assert!(
+            ns.lines().any(|l| l.starts_with(n) && l.contains("Active")),
+            "{n} missing:\n{ns}"
+        );
+    }
+    let ar = s.ok(&["api-resources"]);
+    assert!(
+        ar.lines().any(|l| l.starts_with("deployments")
+            && l.contains("deploy")
+            && l.contains("apps/v1")
+            && l.contains("Deployment")),
+        "{ar}"
+    );
+    let cluster = s.ok(&["api-resources", "--namespaced=false", "-o", "name"]);
+    assert!(
+        cluster.lines().any(|l| l == "nodes") && !cluster.lines().any(|l| l == "pods"),
+        "{cluster}"
+    );
+}
+
+#[test]
+fn create_get_label_annotate_delete_pod() {
+    let s = start();
+    assert!(s.apply(&["create", "-f", "-"], POD).contains("pod/solo created"));
+    let table = s.ok(&["get", "pods"]);
+    assert!(
+        table.starts_with("NAME   READY   STATUS    RESTARTS   AGE"),
+        "{table}"
+    );
+    assert!(table.contains("solo   0/1     Pending   0"), "{table}");
+    let wide = s.ok(&["get", "pods", "-o", "wide"]);
+    assert!(
+        wide.lines()
+            .next()
+            .is_some_and(|h| h.contains("IP") && h.contains("NODE")),
+        "{wide}"
+    );
+    assert_eq!(
+        s.ok(&["get", "pod", "solo", "-o", "jsonpath={.spec.containers[0].image}"]),
+        "busybox:1.36"
+    );
+    let yaml = s.ok(&["get", "pod", "solo", "-o", "yaml"]);
+    assert!(
+        yaml.contains("uid: ") && yaml.contains("phase: Pending"),
+        "{yaml}"
+    );
+    assert!(s.ok(&["get", "pods", "-A"]).contains("default     solo"));
+    assert!(
+        s.ok(&["get", "pods", "-l", "tier=fe", "-o", "name"])
+            .contains("pod/solo")
+    );
+    assert!(
+        s.ok(&["get", "pods", "-l", "tier=be", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+    assert!(
+        s.ok(&[
+            "get",
+            "pods",
+            "--field-selector",
+            "status.phase=Pending",
+            "-o",
+            "name"
+        ])
+        .contains("pod/solo")
+    );
+    let (ok, _, err) = s.kubectl(&["get", "pods", "--field-selector", "foo.bar=baz"]);
+    assert!(
+        !ok && err.contains(
+            "\"foo.bar\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        ),
+        "{err}"
+    );
+    s.ok(&["label", "pod", "solo", "env=prod"]);
+    s.ok(&["annotate", "pod", "solo", "owner=team-a"]);
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "pod",
+            "solo",
+            "-o",
+            "jsonpath={.metadata.labels.env} {.metadata.annotations.owner}"
+        ]),
+        "prod team-a"
+    );
+    s.ok(&["label", "pod", "solo", "env-"]);
+    assert_eq!(
+        s.ok(&["get", "pod", "solo", "-o", "jsonpath={.metadata.labels.env}"]),
+        ""
+    );
+    let desc = s.ok(&["describe", "pod", "solo"]);
+    assert!(
+        desc.contains("Name:") && desc.contains("solo") && desc.contains("busybox:1.36"),
+        "{desc}"
+    );
+    assert!(s.ok(&["delete", "pod", "solo"]).contains("pod \"solo\" deleted"));
+    let (ok, _, err) = s.kubectl(&["get", "pod", "solo"]);
+    assert!(!ok && err.contains("pods \"solo\" not found"), "{err}");
+}
+
+#[test]
+fn apply_twice_server_side_dry_run_and_diff() {
+    let s = start();
+    assert!(
+        s.apply(&["apply", "-f", "-"], DEPLOYMENT)
+            .contains("deployment.apps/web created")
+    );
+    assert!(
+        s.apply(&["apply", "-f", "-"], DEPLOYMENT)
+            .contains("deployment.apps/web unchanged")
+    );
+    let changed = DEPLOYMENT
+        .replace("replicas: 2", "replicas: 3")
+        .replace("nginx:1.26", "nginx:1.27");
+    assert!(
+        s.apply(&["apply", "--dry-run=server", "-f", "-"], &changed)
+            .contains("configured (server dry run)")
+    );
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "2"
+    );
+    let (ok, diff, _) = s.kubectl_stdin(&["diff", "-f", "-"], Some(&changed));
+    assert!(
+        !ok && diff.contains("-  replicas: 2") && diff.contains("+  replicas: 3"),
+        "{diff}"
+    );
+    assert!(
+        s.apply(&["apply", "-f", "-"], &changed)
+            .contains("deployment.apps/web configured")
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.metadata.generation}"
+        ]),
+        "3 nginx:1.27 2"
+    );
+    let ssa = DEPLOYMENT.replace("name: web\n  labels", "name: web-ssa\n  labels");
+    assert!(
+        s.apply(&["apply", "--server-side", "-f", "-"], &ssa)
+            .contains("deployment.apps/web-ssa serverside-applied")
+    );
+    assert!(s.ok(&["get", "deploy"]).contains("web-ssa"));
+}
+
+#[test]
+fn scale_set_image_patch_cordon() {
+    let s = start();
+    s.apply(&["create", "-f", "-"], DEPLOYMENT);
+    s.ok(&["scale", "deployment", "web", "--replicas=5"]);
+    s.ok(&["set", "image", "deployment/web", "nginx=nginx:1.27"]);
+    s.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/minReadySeconds","value":3}]"#,
+    ]);
+    s.ok(&["patch", "deployment", "web", "-p", r#"{"spec":{"paused":true}}"#]);
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.minReadySeconds} {.spec.paused} {.metadata.generation}"]),
+        "5 nginx:1.27 3 true 5"
+    );
+    let wide = s.ok(&["get", "deploy", "-o", "wide"]);
+    assert!(wide.contains("nginx:1.27") && wide.contains("app=web"), "{wide}");
+    let node =
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"kubernetes.io/os":"linux"}}}"#;
+    s.apply(&["create", "-f", "-"], node);
+    assert!(s.ok(&["cordon", "n1"]).contains("node/n1 cordoned"));
+    assert!(s.ok(&["get", "nodes"]).contains("SchedulingDisabled"));
+    assert!(s.ok(&["uncordon", "n1"]).contains("node/n1 uncordoned"));
+    assert_eq!(
+        s.ok(&["get", "node", "n1", "-o", "jsonpath={.spec.unschedulable}"]),
+        ""
+    );
+}
+
+#[test]
+fn delete_cascade_modes() {
+    let s = start();
+    for (mode, survivors) in [("background", 0), ("foreground", 0), ("orphan", 1)] {
+        let owner = s.apply(
+            &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"owner"}}"#,
+        );
+        let dep = POD.replace("name: solo", &format!(
+            "name: dep\n  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: owner, uid: {owner}, controller: true}}"
+        ));
+        s.apply(&["create", "-f", "-"], &dep);
+        s.ok(&["delete", "configmap", "owner", &format!("--cascade={mode}")]);
+        let left = s.ok(&["get", "pods", "-o", "name"]);
+        assert_eq!(left.lines().count(), survivors, "{mode}: {left}");
+        if survivors > 0 {
+            s.ok(&["delete", "pod", "dep"]);
+        }
+    }
+}
+
+#[test]
+fn watch_and_wait() {
+    let s = start();
+    s.apply(&["create", "-f", "-"], POD);
+    let mut watcher = Command::new("kubectl")
+        .env("KUBECONFIG", s.kubeconfig())
+        .arg("--cache-dir")
+        .arg(&s.cache)
+        .args(["get", "pods", "-w", "-o", "name", "--request-timeout=20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch");
+    std::thread::sleep(Duration::from_millis(1500));
+    s.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: second"));
+    let stdout = watcher.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take(2)
+            .collect::<Vec<_>>()
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(reader.join());
+    });
+    let lines = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("watch output in time")
+        .expect("reader");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert_eq!(lines, vec!["pod/solo", "pod/second"]);
+    // wait: a condition that is already true, and deletion.
+    s.ok(&[
+        "patch",
+        "pod",
+        "solo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    assert!(
+        s.ok(&["wait", "--for=condition=Ready", "pod/solo", "--timeout=20s"])
+            .contains("condition met")
+    );
+    assert!(
+        s.ok(&[
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/solo",
+            "--timeout=20s"
+        ])
+        .contains("condition met")
+    );
+    s.ok(&["delete", "pod", "second", "--wait=false"]);
+    s.ok(&["wait", "--for=delete", "pod/second", "--timeout=20s"]);
+}
+
+#[test]
+fn state_survives_restart() {
+    let s = start();
+    s.apply(&["create", "-f", "-"], POD);
+    let uid = s.ok(&["get", "pod", "solo", "-o", "jsonpath={.metadata.uid}"]);
+    let s = start_in(s.kill());
+    assert_eq!(
+        s.ok(&["get", "pod", "solo", "-o", "jsonpath={.metadata.uid}"]),
+        uid
+    );
+    // The PKI was reused: the old kubeconfig's client certificate still works (checked above),
+    // and the CA file did not change.
+    assert!(Path::new(&s.path().join("pki/ca.crt")).exists());
+}
+
+#[test]
+fn bearer_tokens_and_unknown_clients() {
+    let s = start();
+    let kc = std::fs::read_to_string(s.kubeconfig()).expect("kubeconfig");
+    // Same server and CA, a bearer token instead of the client certificate.
+    let with_token = |token: &str| -> String {
+        kc.lines()
+            .filter(|l| !l.contains("client-certificate-data") && !l.contains("client-key-data"))
+            .map(|l| {
+                if l == "  user:" {
+                    format!("  user:\n    token: {token}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let run = |name: &str, token: &str| {
+        let path = s.path().join(name);
+        std::fs::write(&path, with_token(token)).expect("write");
+        Command::new("kubectl")
+            .env("KUBECONFIG", &path)
+            .arg("--cache-dir")
+            .arg(s.path().join(format!("cache-{name}")))
+            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl")
+    };
+    let admin_token = std::fs::read_to_string(s.path().join("pki/admin.token")).expect("token");
+    let good = run("good.kubeconfig", admin_token.trim());
+    assert!(good.status.success(), "{}", String::from_utf8_lossy(&good.stderr));
+    assert!(String::from_utf8_lossy(&good.stdout).contains("namespace/default"));
+    let bad = run("bad.kubeconfig", "not-a-token");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        err.contains("must be logged in") || err.contains("Unauthorized"),
+        "{err}"
+    );
+}
