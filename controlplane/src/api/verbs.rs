@@ -568,15 +568,14 @@ impl Api {
                 name_of(&new)
             )));
         }
-        if let Some(uid) = new["metadata"]["uid"].as_str() {
-            if Some(uid) != old["metadata"]["uid"].as_str() {
+        if let Some(uid) = new["metadata"]["uid"].as_str()
+            && Some(uid) != old["metadata"]["uid"].as_str() {
                 return Err(ApiError::precondition_failed(
                     res,
                     &name,
                     "the UID in the precondition does not match the UID in record",
                 ));
             }
-        }
         for k in [
             "uid",
             "creationTimestamp",
@@ -605,11 +604,10 @@ impl Api {
             _ if has_status_sub => new["status"] = old["status"].clone(),
             _ => {}
         }
-        if new["status"].is_null() {
-            if let Some(m) = new.as_object_mut() {
+        if new["status"].is_null()
+            && let Some(m) = new.as_object_mut() {
                 m.remove("status");
             }
-        }
         self.admit(res, &mut new, false)?;
         if old.get("spec") != new.get("spec") {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
@@ -704,11 +702,10 @@ impl Api {
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
             // A resourceVersion in the patch is a precondition (kubectl diff sends one).
-            if let Some(want) = patch_doc["metadata"]["resourceVersion"].as_str() {
-                if want != rev.to_string() {
+            if let Some(want) = patch_doc["metadata"]["resourceVersion"].as_str()
+                && want != rev.to_string() {
                     return Err(ApiError::conflict(t.res, &name));
                 }
-            }
             new["metadata"]["resourceVersion"] = json!(rev.to_string());
             match self.replace(t, &old, new, rev, q).await {
                 Err(e)
@@ -729,8 +726,8 @@ impl Api {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
         let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;
-        if let Some(uid) = opts["preconditions"]["uid"].as_str() {
-            if Some(uid) != obj["metadata"]["uid"].as_str() {
+        if let Some(uid) = opts["preconditions"]["uid"].as_str()
+            && Some(uid) != obj["metadata"]["uid"].as_str() {
                 return Err(ApiError::precondition_failed(
                     res,
                     &name,
@@ -740,9 +737,8 @@ impl Api {
                     ),
                 ));
             }
-        }
-        if let Some(want) = opts["preconditions"]["resourceVersion"].as_str() {
-            if want != rev.to_string() {
+        if let Some(want) = opts["preconditions"]["resourceVersion"].as_str()
+            && want != rev.to_string() {
                 return Err(ApiError::precondition_failed(
                     res,
                     &name,
@@ -751,7 +747,6 @@ impl Api {
                     ),
                 ));
             }
-        }
         let policy = opts["propagationPolicy"]
             .as_str()
             .or(q.get("propagationPolicy"))

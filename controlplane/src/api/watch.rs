@@ -138,11 +138,10 @@ impl Api {
                         kind.map(|k| line(k, &render(&obj, &rev)))
                     }
                 };
-                if let Some(m) = msg {
-                    if tx.send(m).await.is_err() {
+                if let Some(m) = msg
+                    && tx.send(m).await.is_err() {
                         return;
                     }
-                }
             }
         });
         let mut resp = Response::new(ChannelBody { rx }.boxed());

@@ -183,11 +183,10 @@ impl EmbeddedStore {
         if let Ok(mut tx) = self.tx.lock() {
             tx.take();
         }
-        if let Ok(mut h) = self.writer.lock() {
-            if let Some(h) = h.take() {
+        if let Ok(mut h) = self.writer.lock()
+            && let Some(h) = h.take() {
                 let _ = h.join();
             }
-        }
     }
 }
 
@@ -208,15 +207,14 @@ struct Writer {
 fn apply_one(w: &Write, current: Option<&KeyValue>, rev: Revision) -> Result<Event> {
     let check = |key: &str, expected: Option<Revision>| -> Result<KeyValue> {
         let cur = current.ok_or_else(|| StoreError::NotFound { key: key.into() })?;
-        if let Some(e) = expected {
-            if e != cur.mod_revision {
+        if let Some(e) = expected
+            && e != cur.mod_revision {
                 return Err(StoreError::Conflict {
                     key: key.into(),
                     expected: e,
                     actual: cur.mod_revision,
                 });
             }
-        }
         Ok(cur.clone())
     };
     match w {
@@ -276,11 +274,10 @@ impl Writer {
                 }
             }
             self.commit(batch);
-            if self.log_bytes > self.cfg.compact_log_bytes {
-                if let Err(e) = self.snapshot() {
+            if self.log_bytes > self.cfg.compact_log_bytes
+                && let Err(e) = self.snapshot() {
                     tracing::error!(error = %e, "store snapshot failed; the log keeps growing");
                 }
-            }
         }
     }
 
