@@ -37,6 +37,7 @@ setup_needed() {
   [ -f /usr/lib/systemd/boot/efi/linuxx64.efi.stub ] || return 0
   rustup target list --installed 2>/dev/null | grep -q aarch64-unknown-linux-musl || return 0
   rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl || return 0
+  [ -x "$CACHE_DIR/pyvenv/bin/python" ] || return 0
   local a; for a in $ARCHES_ALL; do
     [ -f "$CACHE_DIR/kernel/$KERNEL_VERSION/$(deb_arch "$a")/ok" ] || return 0
     [ -f "$CACHE_DIR/stub/$(deb_arch "$a")/ok" ] || return 0
@@ -72,6 +73,7 @@ cmd_setup() {
     || die "installing qemu-system from bookworm-backports failed"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${APT_PKGS[@]}" || die "apt-get install failed"
   rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl || die "rustup target add failed"
+  setup_python
   local a; for a in $ARCHES_ALL; do fetch_kernel "$a"; fetch_stub "$a"; done
 }
 
@@ -108,6 +110,15 @@ fetch_stub() {
   ( cd "$dir" && apt-get download "systemd-boot-efi:$da" ) || die "apt-get download systemd-boot-efi:$da failed"
   dpkg-deb -x "$dir"/*.deb "$dir/root"
   touch "$dir/ok"
+}
+
+# The official Kubernetes Python client, in a venv of its own (tests of the API server).
+PY_VENV="$CACHE_DIR/pyvenv"
+setup_python() {
+  [ -x "$PY_VENV/bin/python" ] && "$PY_VENV/bin/python" -c 'import kubernetes' 2>/dev/null && return 0
+  say "setup: Python venv with the kubernetes client"
+  python3 -m venv "$PY_VENV" || die "python3 -m venv failed"
+  "$PY_VENV/bin/pip" install -q 'kubernetes==37.*' || die "pip install kubernetes failed"
 }
 
 cmd_setup_if_needed() { if setup_needed; then cmd_setup; fi; }
@@ -176,16 +187,21 @@ cmd_run() {
   NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" run --arch "$arch" "${extra[@]}"
 }
 
-# test [unit|vm|all]
+# test [unit|api|vm|all]
 cmd_test() {
   local suite="${1:-all}"
   cmd_setup_if_needed
   case "$suite" in
-    unit|all|vm) ;;
-    *) die "unknown test suite '$suite' (unit, vm or all)" ;;
+    unit|api|all|vm) ;;
+    *) die "unknown test suite '$suite' (unit, api, vm or all)" ;;
   esac
   if [ "$suite" = unit ] || [ "$suite" = all ]; then
-    step "test: unit tests (host)" cargo test --locked --workspace || die "unit tests failed"
+    step "test: unit and host integration tests (incl. the API server with the real kubectl)" \
+      cargo test --locked --workspace || die "unit tests failed"
+  fi
+  if [ "$suite" = api ] || [ "$suite" = all ]; then
+    NODEOS_PYTHON="$PY_VENV/bin/python" step "test: API server with the official Python client" \
+      cargo test --locked -p controlplane --test kubectl -- --ignored || die "API client tests failed"
   fi
   if [ "$suite" = vm ] || [ "$suite" = all ]; then
     mkdir -p "$OUT_DIR"
@@ -220,7 +236,7 @@ main() {
     run)   cmd_run "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|vm|all]|bench [boot]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|all]|bench [boot]" ;;
   esac
 }
 main "$@"

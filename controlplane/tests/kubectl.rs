@@ -472,3 +472,28 @@ fn bearer_tokens_and_unknown_clients() {
         "{err}"
     );
 }
+
+/// The official Python client (`kubernetes` from PyPI, in the venv `./build.sh setup` makes):
+/// list, create, patch, watch, delete and the scale subresource.
+#[test]
+#[ignore = "needs the Python client: ./build.sh test api"]
+fn python_client_list_create_patch_watch() {
+    let python = std::env::var("NODEOS_PYTHON")
+        .expect("NODEOS_PYTHON (the venv python with `kubernetes`) must be set: run ./build.sh test api");
+    let s = start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/client_smoke.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(s.kubeconfig())
+        .output()
+        .expect("python");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("python-client: ok"),
+        "{text}"
+    );
+}

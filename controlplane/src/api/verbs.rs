@@ -569,13 +569,14 @@ impl Api {
             )));
         }
         if let Some(uid) = new["metadata"]["uid"].as_str()
-            && Some(uid) != old["metadata"]["uid"].as_str() {
-                return Err(ApiError::precondition_failed(
-                    res,
-                    &name,
-                    "the UID in the precondition does not match the UID in record",
-                ));
-            }
+            && Some(uid) != old["metadata"]["uid"].as_str()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                "the UID in the precondition does not match the UID in record",
+            ));
+        }
         for k in [
             "uid",
             "creationTimestamp",
@@ -605,9 +606,10 @@ impl Api {
             _ => {}
         }
         if new["status"].is_null()
-            && let Some(m) = new.as_object_mut() {
-                m.remove("status");
-            }
+            && let Some(m) = new.as_object_mut()
+        {
+            m.remove("status");
+        }
         self.admit(res, &mut new, false)?;
         if old.get("spec") != new.get("spec") {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
@@ -703,9 +705,10 @@ impl Api {
             }
             // A resourceVersion in the patch is a precondition (kubectl diff sends one).
             if let Some(want) = patch_doc["metadata"]["resourceVersion"].as_str()
-                && want != rev.to_string() {
-                    return Err(ApiError::conflict(t.res, &name));
-                }
+                && want != rev.to_string()
+            {
+                return Err(ApiError::conflict(t.res, &name));
+            }
             new["metadata"]["resourceVersion"] = json!(rev.to_string());
             match self.replace(t, &old, new, rev, q).await {
                 Err(e)
@@ -727,26 +730,28 @@ impl Api {
         let name = t.name.clone().unwrap_or_default();
         let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;
         if let Some(uid) = opts["preconditions"]["uid"].as_str()
-            && Some(uid) != obj["metadata"]["uid"].as_str() {
-                return Err(ApiError::precondition_failed(
-                    res,
-                    &name,
-                    &format!(
-                        "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                        obj["metadata"]["uid"].as_str().unwrap_or_default()
-                    ),
-                ));
-            }
+            && Some(uid) != obj["metadata"]["uid"].as_str()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    obj["metadata"]["uid"].as_str().unwrap_or_default()
+                ),
+            ));
+        }
         if let Some(want) = opts["preconditions"]["resourceVersion"].as_str()
-            && want != rev.to_string() {
-                return Err(ApiError::precondition_failed(
-                    res,
-                    &name,
-                    &format!(
-                        "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
-                    ),
-                ));
-            }
+            && want != rev.to_string()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                &format!(
+                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
+                ),
+            ));
+        }
         let policy = opts["propagationPolicy"]
             .as_str()
             .or(q.get("propagationPolicy"))

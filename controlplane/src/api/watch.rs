@@ -139,9 +139,10 @@ impl Api {
                     }
                 };
                 if let Some(m) = msg
-                    && tx.send(m).await.is_err() {
-                        return;
-                    }
+                    && tx.send(m).await.is_err()
+                {
+                    return;
+                }
             }
         });
         let mut resp = Response::new(ChannelBody { rx }.boxed());

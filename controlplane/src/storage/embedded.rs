@@ -184,9 +184,10 @@ impl EmbeddedStore {
             tx.take();
         }
         if let Ok(mut h) = self.writer.lock()
-            && let Some(h) = h.take() {
-                let _ = h.join();
-            }
+            && let Some(h) = h.take()
+        {
+            let _ = h.join();
+        }
     }
 }
 
@@ -208,13 +209,14 @@ fn apply_one(w: &Write, current: Option<&KeyValue>, rev: Revision) -> Result<Eve
     let check = |key: &str, expected: Option<Revision>| -> Result<KeyValue> {
         let cur = current.ok_or_else(|| StoreError::NotFound { key: key.into() })?;
         if let Some(e) = expected
-            && e != cur.mod_revision {
-                return Err(StoreError::Conflict {
-                    key: key.into(),
-                    expected: e,
-                    actual: cur.mod_revision,
-                });
-            }
+            && e != cur.mod_revision
+        {
+            return Err(StoreError::Conflict {
+                key: key.into(),
+                expected: e,
+                actual: cur.mod_revision,
+            });
+        }
         Ok(cur.clone())
     };
     match w {
@@ -275,9 +277,10 @@ impl Writer {
             }
             self.commit(batch);
             if self.log_bytes > self.cfg.compact_log_bytes
-                && let Err(e) = self.snapshot() {
-                    tracing::error!(error = %e, "store snapshot failed; the log keeps growing");
-                }
+                && let Err(e) = self.snapshot()
+            {
+                tracing::error!(error = %e, "store snapshot failed; the log keeps growing");
+            }
         }
     }
 
