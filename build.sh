@@ -213,7 +213,7 @@ cmd_test() {
   fi
 }
 
-# bench [boot]
+# bench [boot|api]
 cmd_bench() {
   local name="${1:-boot}"
   case "$name" in
@@ -223,7 +223,15 @@ cmd_bench() {
       NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" bench-boot --runs "${BENCH_RUNS:-5}" --json "$OUT_DIR/bench/boot.json"
       say "bench boot -> $OUT_DIR/bench/boot.json"
       ;;
-    *) die "unknown benchmark '$name' (boot)" ;;
+    api)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_setup_if_needed
+      step "build: control plane and benchmark (release)" cargo build --locked --release -p controlplane \
+        || die "building the control plane failed"
+      "$CARGO_TARGET_DIR/release/api-bench" "$OUT_DIR/bench/api.json" || die "the API benchmark failed"
+      say "bench api -> $OUT_DIR/bench/api.json"
+      ;;
+    *) die "unknown benchmark '$name' (boot or api)" ;;
   esac
 }
 
@@ -236,7 +244,7 @@ main() {
     run)   cmd_run "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|all]|bench [boot]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|all]|bench [boot|api]" ;;
   esac
 }
 main "$@"

@@ -1,0 +1,390 @@
+//! `api-bench OUT.json`: the API server benchmark. Side by side in one run:
+//! - the embedded store's own durable-write floor (64 concurrent in-process writers, fsync-bound
+//!   group commit, no HTTP),
+//! - etcd 3.4 (Debian's etcd-server, on loopback) doing the same puts through its v3 JSON gateway,
+//! - our API server (a `controlplane serve` process): create, get, list throughput and latency
+//!   with 64 concurrent clients; watch delivery latency with 1,000 watchers; RSS idle and with
+//!   10,000 pods stored.
+//! Absolute numbers on shared machines are noise; the ratios are the figures.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+use controlplane::storage::{Store, Write};
+
+const CLIENTS: usize = 64;
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let idx = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[idx.min(v.len() - 1)]
+}
+
+fn summary(ops: usize, elapsed: Duration, lat_ms: &mut [f64]) -> Value {
+    json!({
+        "ops": ops,
+        "ops_per_s": (ops as f64 / elapsed.as_secs_f64()).round(),
+        "p50_ms": (percentile(lat_ms, 0.50) * 1000.0).round() / 1000.0,
+        "p99_ms": (percentile(lat_ms, 0.99) * 1000.0).round() / 1000.0,
+    })
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A persistent HTTP/1.1 connection (TLS with the admin client certificate, or plain).
+struct Conn {
+    send: http1::SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+#[derive(Clone)]
+struct Target {
+    addr: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Target {
+    async fn connect(&self) -> Result<Conn> {
+        let tcp = TcpStream::connect(&self.addr).await?;
+        tcp.set_nodelay(true)?;
+        let send = match &self.tls {
+            Some(cfg) => {
+                let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+                    .connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp)
+                    .await?;
+                let (send, conn) = http1::handshake(TokioIo::new(tls)).await?;
+                tokio::spawn(conn);
+                send
+            }
+            None => {
+                let (send, conn) = http1::handshake(TokioIo::new(tcp)).await?;
+                tokio::spawn(conn);
+                send
+            }
+        };
+        Ok(Conn { send, host: self.addr.clone() })
+    }
+}
+
+impl Conn {
+    async fn call(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes)> {
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", &self.host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(Full::new(body.map(|b| Bytes::from(b.to_string())).unwrap_or_default()))?;
+        let resp = self.send.send_request(req).await?;
+        let code = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        Ok((code, bytes))
+    }
+}
+
+fn tls_config(pki: &Path) -> Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(pki.join("ca.crt"))? {
+        roots.add(c?)?;
+    }
+    let chain = CertificateDer::pem_file_iter(pki.join("admin.crt"))?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key"))?;
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)?)
+}
+
+/// Runs `per_client` requests on each of [`CLIENTS`] connections; `make` builds request i of client c.
+async fn load<F>(target: &Target, per_client: usize, make: F) -> Result<Value>
+where
+    F: Fn(usize, usize) -> (&'static str, String, Option<Value>) + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let target = target.clone();
+        let make = make.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = target.connect().await?;
+            let mut lat = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let (m, p, b) = make(c, i);
+                let t = Instant::now();
+                let (code, body) = conn.call(m, &p, b.as_ref()).await?;
+                if code >= 300 {
+                    bail!("{m} {p}: HTTP {code}: {}", String::from_utf8_lossy(&body));
+                }
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let elapsed = t0.elapsed();
+    Ok(summary(all.len(), elapsed, &mut all))
+}
+
+async fn store_floor(dir: &Path, total: usize) -> Result<Value> {
+    let store = Arc::new(EmbeddedStore::open(EmbeddedConfig::new(dir))?);
+    let value = vec![b'x'; 600];
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let store = store.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for i in 0..total / CLIENTS {
+                let t = Instant::now();
+                store.write(Write::Create { key: format!("/floor/{c}/{i}"), value: value.clone() }).await?;
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(summary(all.len(), t0.elapsed(), &mut all))
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
+    let (client, peer) = (free_port()?, free_port()?);
+    let child = Command::new("etcd")
+        .args(["--data-dir"])
+        .arg(dir)
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-cluster",
+            &format!("default=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting etcd (apt-get install etcd-server; ./build.sh setup does)")?;
+    let _etcd = Proc(child);
+    let target = Target { addr: format!("127.0.0.1:{client}"), tls: None };
+    let t0 = Instant::now();
+    loop {
+        if let Ok(mut c) = target.connect().await {
+            if let Ok((200, _)) = c.call("GET", "/health", None).await {
+                break;
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!("etcd did not become healthy");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let value = b64(&"x".repeat(600));
+    load(&target, total / CLIENTS, move |c, i| {
+        ("POST", "/v3/kv/put".to_string(), Some(json!({ "key": b64(&format!("/bench/{c}/{i}")), "value": value })))
+    })
+    .await
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "bench"}},
+           "spec": {"containers": [{"name": "c", "image": "registry.example/bench:1.0",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Result<Value> {
+    // Each watcher streams the namespace; each event's object carries its send time.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
+    let mut handles = Vec::new();
+    for _ in 0..watchers {
+        let target = target.clone();
+        let tx = tx.clone();
+        let mut conn = target.connect().await?;
+        let req = hyper::Request::builder()
+            .uri("/api/v1/namespaces/watch/configmaps?watch=true&resourceVersion=0&timeoutSeconds=120")
+            .header("host", &target.addr)
+            .body(Full::new(Bytes::new()))?;
+        let resp = conn.send.send_request(req).await?;
+        handles.push(tokio::spawn(async move {
+            let mut body = resp.into_body();
+            let mut buf = Vec::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let Ok(data) = frame.into_data() else { continue };
+                buf.extend_from_slice(&data);
+                while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                        if let Some(sent) = v["object"]["data"]["sent_ns"].as_str().and_then(|s| s.parse::<u128>().ok()) {
+                            let _ = tx.send((now_ns().saturating_sub(sent)) as f64 / 1e6);
+                        }
+                    }
+                }
+            }
+        }));
+        drop(conn);
+    }
+    drop(tx);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut conn = target.connect().await?;
+    for i in 0..events {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w{i}")},
+                        "data": {"sent_ns": now_ns().to_string()}});
+        conn.call("POST", "/api/v1/namespaces/watch/configmaps", Some(&cm)).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut lat = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lat.len() < watchers * events && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Some(ms)) => lat.push(ms),
+            _ => break,
+        }
+    }
+    for h in handles {
+        h.abort();
+    }
+    let delivered = lat.len();
+    Ok(json!({
+        "watchers": watchers, "events": events, "deliveries": delivered, "expected": watchers * events,
+        "p50_ms": (percentile(&mut lat, 0.5) * 1000.0).round() / 1000.0,
+        "p99_ms": (percentile(&mut lat, 0.99) * 1000.0).round() / 1000.0,
+    }))
+}
+
+fn start_server(bin: &Path, dir: &Path) -> Result<(Proc, String)> {
+    let port = free_port()?;
+    let mut child = Command::new(bin)
+        .args(["serve", "--data-dir"])
+        .arg(dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    if !line.contains("serving") {
+        bail!("controlplane did not start: {line}");
+    }
+    Ok((Proc(child), format!("127.0.0.1:{port}")))
+}
+
+fn main() -> Result<()> {
+    let out = PathBuf::from(std::env::args().nth(1).context("usage: api-bench OUT.json")?);
+    let quick = std::env::var("BENCH_QUICK").is_ok();
+    let (writes, pods) = if quick { (6_400, 2_000) } else { (25_600, 10_000) };
+    let server_bin = std::env::current_exe()?.with_file_name("controlplane");
+    let tmp = tempfile::tempdir()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let results = rt.block_on(async {
+        eprintln!("api-bench: store floor ({writes} durable writes, {CLIENTS} writers)");
+        let floor = store_floor(&tmp.path().join("floor"), writes).await?;
+        eprintln!("api-bench: etcd 3.4 puts");
+        let etcd = etcd_puts(&tmp.path().join("etcd"), writes).await?;
+        let (server, addr) = start_server(&server_bin, &tmp.path().join("cp"))?;
+        let pid = server.0.id();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let idle_rss = rss_kib(pid);
+        let target = Target { addr, tls: Some(Arc::new(tls_config(&tmp.path().join("cp/pki"))?)) };
+        let mut c = target.connect().await?;
+        for ns in ["bench", "watch"] {
+            c.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
+        }
+        eprintln!("api-bench: API creates ({writes} pods)");
+        let per = writes / CLIENTS;
+        let creates = load(&target, per, |c, i| {
+            ("POST", "/api/v1/namespaces/bench/pods".to_string(), Some(pod(&format!("p-{c}-{i}"))))
+        })
+        .await?;
+        eprintln!("api-bench: API gets");
+        let gets = load(&target, per, move |c, i| {
+            ("GET", format!("/api/v1/namespaces/bench/pods/p-{c}-{}", (i * 7) % per), None)
+        })
+        .await?;
+        eprintln!("api-bench: API lists (limit=100)");
+        let lists = load(&target, 20, |_, _| ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)).await?;
+        eprintln!("api-bench: watch delivery (1000 watchers)");
+        let watch = watch_latency(&target, 1000, 20).await?;
+        // Fill up to `pods` pods for the RSS figure.
+        let stored_already = writes;
+        if pods > stored_already {
+            let extra = (pods - stored_already).div_ceil(CLIENTS);
+            load(&target, extra, |c, i| ("POST", "/api/v1/namespaces/bench/pods".to_string(), Some(pod(&format!("q-{c}-{i}")))))
+                .await?;
+        }
+        let stored = stored_already.max(pods);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let loaded_rss = rss_kib(pid);
+        let create_rate = creates["ops_per_s"].as_f64().unwrap_or(0.0);
+        Ok::<_, anyhow::Error>(json!({
+            "benchmark": "api",
+            "clients": CLIENTS,
+            "store_floor_durable_writes": floor,
+            "etcd_3_4_puts": etcd,
+            "api_create_pods": creates,
+            "api_get_pods": gets,
+            "api_list_pods_limit_100": lists,
+            "watch_delivery": watch,
+            "rss_kib": { "idle": idle_rss, "with_pods": loaded_rss, "pods_stored": stored },
+            "ratios": {
+                "create_vs_store_floor": create_rate / floor["ops_per_s"].as_f64().unwrap_or(f64::NAN),
+                "create_vs_etcd_puts": create_rate / etcd["ops_per_s"].as_f64().unwrap_or(f64::NAN),
+            },
+            "targets": { "create_vs_store_floor_min": 0.5, "create_vs_etcd_puts_min": 1.0, "create_p99_ms_max": 50,
+                         "watch_p99_ms_max": 10, "idle_rss_kib_max": 40 * 1024 },
+        }))
+    })?;
+    std::fs::write(&out, serde_json::to_string_pretty(&results)?)?;
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    Ok(())
+}
