@@ -322,7 +322,7 @@ fn start_server(bin: &Path, dir: &Path) -> Result<(Proc, String)> {
 fn main() -> Result<()> {
     let out = PathBuf::from(std::env::args().nth(1).context("usage: api-bench OUT.json")?);
     let quick = std::env::var("BENCH_QUICK").is_ok();
-    let (writes, pods) = if quick { (6_400, 2_000) } else { (25_600, 10_000) };
+    let (writes, pods) = if quick { (3_200, 3_200) } else { (10_240, 10_240) };
     let server_bin = std::env::current_exe()?.with_file_name("controlplane");
     let tmp = tempfile::tempdir()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
