@@ -47,6 +47,8 @@ pub struct Api {
     pub(crate) store: Arc<dyn Store>,
     /// PEM of the cluster CA, published as `kube-root-ca.crt` in every namespace.
     pub(crate) ca_pem: String,
+    /// Events decoded once for all watchers.
+    pub(crate) watch_cache: Arc<watch::WatchCache>,
 }
 
 impl std::fmt::Debug for Api {
@@ -217,7 +219,11 @@ fn parse_target(segs: &[&str]) -> Result<Target, ApiError> {
 impl Api {
     /// An API over `store`, publishing `ca_pem` as `kube-root-ca.crt`.
     pub fn new(store: Arc<dyn Store>, ca_pem: String) -> Self {
-        Self { store, ca_pem }
+        Self {
+            store,
+            ca_pem,
+            watch_cache: Arc::default(),
+        }
     }
 
     /// Creates what a fresh cluster has: the four namespaces (with their ServiceAccount and CA

@@ -2,6 +2,8 @@
 //! with label/field selectors (objects moving out of the selection arrive as DELETED), bookmarks,
 //! `timeoutSeconds`, and 410 Expired as an ERROR event when the start revision is compacted.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +24,71 @@ fn line(kind: &str, object: &Value) -> Bytes {
     let mut v = serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
+}
+
+/// `{"type":KIND,"object":<already serialized object>}` plus a newline.
+fn line_raw(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(object_json.len() + 32);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(kind.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    v.extend_from_slice(object_json);
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+/// One store event decoded once for every watcher that receives it (a thousand watchers of one
+/// resource would otherwise each parse and re-serialize the same object).
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    rev: i64,
+    key: String,
+    obj: Value,
+    prev: Option<Value>,
+    obj_json: Bytes,
+}
+
+/// The most recent decoded events, shared by all watches.
+#[derive(Debug, Default)]
+pub(crate) struct WatchCache {
+    entries: Mutex<VecDeque<Arc<Decoded>>>,
+}
+
+const WATCH_CACHE_ENTRIES: usize = 1024;
+
+impl WatchCache {
+    fn get(&self, ev: &crate::storage::Event) -> Option<Arc<Decoded>> {
+        let find = |q: &VecDeque<Arc<Decoded>>| {
+            q.iter()
+                .rev()
+                .find(|d| d.rev == ev.kv.mod_revision && d.key == ev.kv.key)
+                .cloned()
+        };
+        if let Some(d) = self.entries.lock().ok().and_then(|q| find(&q)) {
+            return Some(d);
+        }
+        let mut obj = decode(&ev.kv).ok()?;
+        obj["metadata"]["resourceVersion"] = json!(ev.kv.mod_revision.to_string());
+        let prev = ev.prev.as_ref().and_then(|p| decode(p).ok());
+        let obj_json = Bytes::from(serde_json::to_vec(&obj).ok()?);
+        let d = Arc::new(Decoded {
+            rev: ev.kv.mod_revision,
+            key: ev.kv.key.clone(),
+            obj,
+            prev,
+            obj_json,
+        });
+        if let Ok(mut q) = self.entries.lock() {
+            if let Some(existing) = find(&q) {
+                return Some(existing);
+            }
+            q.push_back(d.clone());
+            while q.len() > WATCH_CACHE_ENTRIES {
+                q.pop_front();
+            }
+        }
+        Some(d)
+    }
 }
 
 impl Api {
@@ -69,6 +136,7 @@ impl Api {
         };
         let watch = self.store.watch(&prefix, start).await;
         let store = self.store.clone();
+        let cache = self.watch_cache.clone();
         tokio::spawn(async move {
             let mut w = match watch {
                 Ok(w) => w,
@@ -119,14 +187,9 @@ impl Api {
                     Some(Ok(ev)) => {
                         last_rev = ev.kv.mod_revision;
                         let rev = ev.kv.mod_revision.to_string();
-                        let Ok(mut obj) = decode(&ev.kv) else { continue };
-                        obj["metadata"]["resourceVersion"] = json!(rev);
-                        let was = ev
-                            .prev
-                            .as_ref()
-                            .and_then(|p| decode(p).ok())
-                            .is_some_and(|p| filter.matches(&p));
-                        let is = filter.matches(&obj);
+                        let Some(d) = cache.get(&ev) else { continue };
+                        let was = d.prev.as_ref().is_some_and(|p| filter.matches(p));
+                        let is = filter.matches(&d.obj);
                         let kind = match (ev.kind, was, is) {
                             (EventKind::Delete, true, _) => Some("DELETED"),
                             (EventKind::Delete, false, _) => None,
@@ -135,7 +198,10 @@ impl Api {
                             (EventKind::Put, true, false) => Some("DELETED"),
                             (EventKind::Put, false, false) => None,
                         };
-                        kind.map(|k| line(k, &render(&obj, &rev)))
+                        kind.map(|k| match want {
+                            Want::Object => line_raw(k, &d.obj_json),
+                            Want::Table => line(k, &render(&d.obj, &rev)),
+                        })
                     }
                 };
                 if let Some(m) = msg

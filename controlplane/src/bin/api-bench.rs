@@ -49,7 +49,11 @@ fn summary(ops: usize, elapsed: Duration, lat_ms: &mut [f64]) -> Value {
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -84,7 +88,10 @@ impl Target {
                 send
             }
         };
-        Ok(Conn { send, host: self.addr.clone() })
+        Ok(Conn {
+            send,
+            host: self.addr.clone(),
+        })
     }
 }
 
@@ -96,7 +103,9 @@ impl Conn {
             .header("host", &self.host)
             .header("content-type", "application/json")
             .header("accept", "application/json")
-            .body(Full::new(body.map(|b| Bytes::from(b.to_string())).unwrap_or_default()))?;
+            .body(Full::new(
+                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
+            ))?;
         let resp = self.send.send_request(req).await?;
         let code = resp.status().as_u16();
         let bytes = resp.into_body().collect().await?.to_bytes();
@@ -164,7 +173,12 @@ async fn store_floor(dir: &Path, total: usize) -> Result<Value> {
             let mut lat = Vec::new();
             for i in 0..total / CLIENTS {
                 let t = Instant::now();
-                store.write(Write::Create { key: format!("/floor/{c}/{i}"), value: value.clone() }).await?;
+                store
+                    .write(Write::Create {
+                        key: format!("/floor/{c}/{i}"),
+                        value: value.clone(),
+                    })
+                    .await?;
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
             }
             Ok::<_, anyhow::Error>(lat)
@@ -211,7 +225,10 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
         .spawn()
         .context("starting etcd (apt-get install etcd-server; ./build.sh setup does)")?;
     let _etcd = Proc(child);
-    let target = Target { addr: format!("127.0.0.1:{client}"), tls: None };
+    let target = Target {
+        addr: format!("127.0.0.1:{client}"),
+        tls: None,
+    };
     let t0 = Instant::now();
     loop {
         if let Ok(mut c) = target.connect().await {
@@ -227,7 +244,11 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let value = b64(&"x".repeat(600));
     load(&target, total / CLIENTS, move |c, i| {
-        ("POST", "/v3/kv/put".to_string(), Some(json!({ "key": b64(&format!("/bench/{c}/{i}")), "value": value })))
+        (
+            "POST",
+            "/v3/kv/put".to_string(),
+            Some(json!({ "key": b64(&format!("/bench/{c}/{i}")), "value": value })),
+        )
     })
     .await
 }
@@ -239,7 +260,10 @@ fn pod(name: &str) -> Value {
 }
 
 fn now_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Result<Value> {
@@ -264,7 +288,10 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
                 while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=pos).collect();
                     if let Ok(v) = serde_json::from_slice::<Value>(&line) {
-                        if let Some(sent) = v["object"]["data"]["sent_ns"].as_str().and_then(|s| s.parse::<u128>().ok()) {
+                        if let Some(sent) = v["object"]["data"]["sent_ns"]
+                            .as_str()
+                            .and_then(|s| s.parse::<u128>().ok())
+                        {
                             let _ = tx.send((now_ns().saturating_sub(sent)) as f64 / 1e6);
                         }
                     }
@@ -279,7 +306,8 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
     for i in 0..events {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w{i}")},
                         "data": {"sent_ns": now_ns().to_string()}});
-        conn.call("POST", "/api/v1/namespaces/watch/configmaps", Some(&cm)).await?;
+        conn.call("POST", "/api/v1/namespaces/watch/configmaps", Some(&cm))
+            .await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut lat = Vec::new();
@@ -325,7 +353,10 @@ fn main() -> Result<()> {
     let (writes, pods) = if quick { (3_200, 3_200) } else { (10_240, 10_240) };
     let server_bin = std::env::current_exe()?.with_file_name("controlplane");
     let tmp = tempfile::tempdir()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let results = rt.block_on(async {
         eprintln!("api-bench: store floor ({writes} durable writes, {CLIENTS} writers)");
         let floor = store_floor(&tmp.path().join("floor"), writes).await?;
