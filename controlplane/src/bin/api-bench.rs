@@ -5,6 +5,7 @@
 //! - our API server (a `controlplane serve` process): create, get, list throughput and latency
 //!   with 64 concurrent clients; watch delivery latency with 1,000 watchers; RSS idle and with
 //!   10,000 pods stored.
+//!
 //! Absolute numbers on shared machines are noise; the ratios are the figures.
 
 use std::io::{BufRead, BufReader};
@@ -231,10 +232,10 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
     };
     let t0 = Instant::now();
     loop {
-        if let Ok(mut c) = target.connect().await {
-            if let Ok((200, _)) = c.call("GET", "/health", None).await {
-                break;
-            }
+        if let Ok(mut c) = target.connect().await
+            && let Ok((200, _)) = c.call("GET", "/health", None).await
+        {
+            break;
         }
         if t0.elapsed() > Duration::from_secs(30) {
             bail!("etcd did not become healthy");
@@ -287,13 +288,12 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
                 buf.extend_from_slice(&data);
                 while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=pos).collect();
-                    if let Ok(v) = serde_json::from_slice::<Value>(&line) {
-                        if let Some(sent) = v["object"]["data"]["sent_ns"]
+                    if let Ok(v) = serde_json::from_slice::<Value>(&line)
+                        && let Some(sent) = v["object"]["data"]["sent_ns"]
                             .as_str()
                             .and_then(|s| s.parse::<u128>().ok())
-                        {
-                            let _ = tx.send((now_ns().saturating_sub(sent)) as f64 / 1e6);
-                        }
+                    {
+                        let _ = tx.send((now_ns().saturating_sub(sent)) as f64 / 1e6);
                     }
                 }
             }
