@@ -25,7 +25,9 @@ fn main() -> anyhow::Result<()> {
             .cloned()
     };
     if args.first().map(String::as_str) != Some("serve") {
-        bail!("usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)]");
+        bail!(
+            "usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)] [--san NAME_OR_IP]..."
+        );
     }
     let data_dir = PathBuf::from(value("--data-dir").context("--data-dir is required")?);
     let listen: SocketAddr = value("--listen")
@@ -40,7 +42,7 @@ fn main() -> anyhow::Result<()> {
     if !listen.ip().is_unspecified() && !sans.contains(&listen.ip().to_string()) {
         sans.push(listen.ip().to_string());
     }
-    let pki = Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?;
+    let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -48,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         let store =
             EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?;
-        let api = Api::new(Arc::new(store), pki.ca_pem.clone());
+        let api = Api::new(Arc::new(store), pki.ca_pem.clone()).with_signer(pki.clone());
         api.bootstrap()
             .await
             .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;

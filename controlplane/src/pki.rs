@@ -11,6 +11,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
     SanType,
 };
+#[cfg(test)]
+use rustls::pki_types::pem::PemObject;
 
 /// Errors creating or loading the PKI.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,9 @@ pub struct Pki {
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
     pub admin_token: String,
+    /// Node bootstrap token (`<id>.<secret>`): lets a node submit its client CSR.
+    pub bootstrap_token: String,
+    ca_key_pem: String,
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
@@ -61,14 +66,28 @@ fn write_private(path: &Path, data: &str) -> Result<(), PkiError> {
     })
 }
 
-const FILES: [&str; 6] = [
+const FILES: [&str; 8] = [
     "ca.crt",
+    "ca.key",
     "server.crt",
     "server.key",
     "admin.crt",
     "admin.key",
     "admin.token",
+    "bootstrap.token",
 ];
+
+/// The signer of kubelet client certificates (what a joining node asks for).
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+
+fn random_hex(n: usize) -> Result<String, PkiError> {
+    let mut b = vec![0u8; n];
+    getrandom::fill(&mut b).map_err(|e| PkiError::Io {
+        path: "getrandom".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
 
 impl Pki {
     /// Loads the PKI from `dir`, creating it when absent. `sans` are the serving certificate's
@@ -86,6 +105,8 @@ impl Pki {
                 admin_cert_pem: read(&dir.join("admin.crt"))?,
                 admin_key_pem: read(&dir.join("admin.key"))?,
                 admin_token: read(&dir.join("admin.token"))?.trim().to_string(),
+                bootstrap_token: read(&dir.join("bootstrap.token"))?.trim().to_string(),
+                ca_key_pem: read(&dir.join("ca.key"))?,
             });
         }
         let ca_key = KeyPair::generate()?;
@@ -121,13 +142,8 @@ impl Pki {
         ap.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let admin = ap.signed_by(&admin_key, &ca, &ca_key)?;
 
-        let mut token = [0u8; 24];
-        getrandom::fill(&mut token).map_err(|e| PkiError::Io {
-            path: dir.join("admin.token"),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
-
+        let token = random_hex(24)?;
+        let bootstrap_token = format!("{}.{}", &random_hex(3)?, &random_hex(8)?);
         let pki = Self {
             ca_pem: ca.pem(),
             server_cert_pem: server.pem(),
@@ -135,8 +151,11 @@ impl Pki {
             admin_cert_pem: admin.pem(),
             admin_key_pem: admin_key.serialize_pem(),
             admin_token: token,
+            bootstrap_token,
+            ca_key_pem: ca_key.serialize_pem(),
         };
-        write_private(&dir.join("ca.key"), &ca_key.serialize_pem())?;
+        write_private(&dir.join("ca.key"), &pki.ca_key_pem)?;
+        write_private(&dir.join("bootstrap.token"), &pki.bootstrap_token)?;
         write_private(&dir.join("ca.crt"), &pki.ca_pem)?;
         write_private(&dir.join("server.crt"), &pki.server_cert_pem)?;
         write_private(&dir.join("server.key"), &pki.server_key_pem)?;
@@ -144,6 +163,46 @@ impl Pki {
         write_private(&dir.join("admin.key"), &pki.admin_key_pem)?;
         write_private(&dir.join("admin.token"), &pki.admin_token)?;
         Ok(pki)
+    }
+
+    /// The bootstrap token's id (the part before the dot); the caller is `system:bootstrap:<id>`.
+    pub fn bootstrap_token_id(&self) -> &str {
+        self.bootstrap_token.split('.').next().unwrap_or_default()
+    }
+
+    /// Signs a node's client CSR (PEM): the subject must be `CN=system:node:<name>`,
+    /// `O=system:nodes`. Returns the certificate PEM (client auth, issued by the cluster CA).
+    pub fn sign_node_csr(&self, csr_pem: &str) -> Result<String, String> {
+        let mut csr =
+            rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(|e| format!("bad CSR: {e}"))?;
+        let dn = &csr.params.distinguished_name;
+        let text = |t: &DnType| match dn.get(t) {
+            Some(rcgen::DnValue::Utf8String(s)) => Some(s.clone()),
+            Some(rcgen::DnValue::PrintableString(s)) => Some(s.as_str().to_string()),
+            Some(other) => Some(format!("{other:?}")),
+            None => None,
+        };
+        let cn = text(&DnType::CommonName).unwrap_or_default();
+        let org = text(&DnType::OrganizationName).unwrap_or_default();
+        let node = cn.strip_prefix("system:node:").unwrap_or_default();
+        if node.is_empty() || org != "system:nodes" {
+            return Err(format!(
+                "subject must be CN=system:node:<name>, O=system:nodes (got CN={cn:?}, O={org:?})"
+            ));
+        }
+        csr.params.is_ca = IsCa::NoCa;
+        csr.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        csr.params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let now = std::time::SystemTime::now();
+        csr.params.not_before = (now - std::time::Duration::from_secs(300)).into();
+        csr.params.not_after = (now + std::time::Duration::from_secs(365 * 86_400)).into();
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(|e| e.to_string())?;
+        let ca = CertificateParams::from_ca_cert_pem(&self.ca_pem).map_err(|e| e.to_string())?;
+        let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
+        Ok(csr.signed_by(&ca, &ca_key).map_err(|e| e.to_string())?.pem())
     }
 
     /// Writes `admin.kubeconfig` (client certificate) for `server` into `dir`.
@@ -164,5 +223,61 @@ impl Pki {
         let path = dir.join("admin.kubeconfig");
         write_private(&path, &text)?;
         Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(cn: &str, org: &str) -> String {
+        let key = KeyPair::generate().expect("key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.distinguished_name.push(DnType::OrganizationName, org);
+        p.serialize_request(&key).expect("csr").pem().expect("pem")
+    }
+
+    #[test]
+    fn created_once_then_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect("create");
+        let b = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect("load");
+        assert_eq!(a.ca_pem, b.ca_pem);
+        assert_eq!(a.bootstrap_token, b.bootstrap_token);
+        assert_eq!(a.bootstrap_token.len(), 6 + 1 + 16);
+    }
+
+    #[test]
+    fn signs_only_node_client_csrs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect("create");
+        let pem = pki
+            .sign_node_csr(&csr("system:node:n1", "system:nodes"))
+            .expect("signed");
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).expect("pem");
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).expect("x509");
+        assert_eq!(
+            cert.issuer()
+                .iter_common_name()
+                .next()
+                .and_then(|c| c.as_str().ok()),
+            Some("nodeos-cluster-ca")
+        );
+        assert_eq!(
+            cert.subject()
+                .iter_common_name()
+                .next()
+                .and_then(|c| c.as_str().ok()),
+            Some("system:node:n1")
+        );
+        let eku = cert
+            .extended_key_usage()
+            .ok()
+            .flatten()
+            .map(|e| e.value.client_auth);
+        assert_eq!(eku, Some(true));
+        assert!(pki.sign_node_csr(&csr("admin", "system:masters")).is_err());
+        assert!(pki.sign_node_csr("not a csr").is_err());
     }
 }

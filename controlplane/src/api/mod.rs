@@ -49,6 +49,8 @@ pub struct Api {
     pub(crate) ca_pem: String,
     /// Events decoded once for all watchers.
     pub(crate) watch_cache: Arc<watch::WatchCache>,
+    /// Signs node client CSRs (None: CSRs stay pending).
+    pub(crate) pki: Option<Arc<crate::pki::Pki>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -223,7 +225,15 @@ impl Api {
             store,
             ca_pem,
             watch_cache: Arc::default(),
+            pki: None,
         }
+    }
+
+    /// Lets the API approve and sign kubelet client CSRs from bootstrapping nodes with `pki`.
+    #[must_use]
+    pub fn with_signer(mut self, pki: Arc<crate::pki::Pki>) -> Self {
+        self.pki = Some(pki);
+        self
     }
 
     /// Creates what a fresh cluster has: the four namespaces (with their ServiceAccount and CA
@@ -247,7 +257,7 @@ impl Api {
                     name: None,
                     sub: None,
                 };
-                match self.create(&target, body, &Query::default()).await {
+                match self.create(&target, body, &Query::default(), None).await {
                     Ok(_) => {}
                     Err(e) if e.code == 409 => {}
                     Err(e) => return Err(e),
@@ -281,7 +291,7 @@ impl Api {
                 .ok_or_else(|| ApiError::not_found_path(&path)),
             (Method::GET, ["openapi", "v2"]) => Ok(openapi_v2_empty()),
             (_, ["api", ..]) | (_, ["apis", ..]) => match parse_target(&segs) {
-                Ok(t) => self.dispatch(req, t, query).await,
+                Ok(t) => self.dispatch(req, t, query, caller).await,
                 Err(e) => Err(e),
             },
             _ => Err(ApiError::not_found_path(&path)),
@@ -314,6 +324,7 @@ impl Api {
         req: Request<Bytes>,
         t: Target,
         query: Query,
+        caller: Option<&Caller>,
     ) -> Result<Response<Body>, ApiError> {
         let want = want(&req);
         let method = req.method().clone();
@@ -342,7 +353,7 @@ impl Api {
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| json_response(200, &v)),
             (Method::POST, false, None) => {
                 let obj = parse_json_body(&ct, &body)?;
-                let (code, v) = self.create(&t, obj, &query).await?;
+                let (code, v) = self.create(&t, obj, &query, caller).await?;
                 Ok(json_response(code, &v))
             }
             (Method::POST, true, Some("eviction")) => self.evict(&t).await.map(|v| json_response(201, &v)),
