@@ -142,7 +142,7 @@ cmd_build() {
       cargo build --release --locked --target "$(triple "$a")" -p init \
       || die "building the $a node binary failed (see the cargo output above)"
   done
-  step "build: host tools (image builder, VM harness)" cargo build --locked -p image -p qemu-tests \
+  step "build: host tools (image builder, VM harness, control plane)" cargo build --locked -p image -p qemu-tests -p controlplane \
     || die "building the host tools failed"
 }
 

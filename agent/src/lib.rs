@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
+pub mod node;
 mod server;
 
 use std::net::SocketAddr;
@@ -22,6 +24,10 @@ pub struct AgentConfig {
     pub state_root: PathBuf,
     /// Names the serving certificate is issued for.
     pub server_names: Vec<String>,
+    /// What init hands the agent (node name, address, control plane).
+    pub settings_path: PathBuf,
+    /// Where the agent keeps its node identity.
+    pub identity_dir: PathBuf,
 }
 
 impl Default for AgentConfig {
@@ -31,6 +37,8 @@ impl Default for AgentConfig {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             state_root: PathBuf::from("/run/nodeos/containers"),
             server_names: vec![hostname(), "localhost".into()],
+            settings_path: PathBuf::from("/run/nodeos/agent.json"),
+            identity_dir: PathBuf::from("/run/nodeos/agent"),
         }
     }
 }
@@ -73,7 +81,20 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .enable_all()
         .build()
         .map_err(AgentError::Runtime)?;
+    let settings: Option<node::JoinSettings> = match std::fs::read(&cfg.settings_path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(path = %cfg.settings_path.display(), error = %e, "unreadable agent settings");
+                None
+            }
+        },
+        Err(_) => None,
+    };
     rt.block_on(async {
+        if let Some(s) = settings {
+            tokio::spawn(node::run(s, cfg.identity_dir.clone()));
+        }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(AgentError::Runtime)?;
         tokio::select! {

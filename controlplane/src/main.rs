@@ -39,6 +39,12 @@ fn main() -> anyhow::Result<()> {
         "127.0.0.1".to_string(),
         "::1".to_string(),
     ];
+    // --san NAME_OR_IP (repeatable): extra serving-certificate names, e.g. the address nodes dial.
+    for (i, a) in args.iter().enumerate() {
+        if a == "--san" {
+            sans.push(args.get(i + 1).cloned().context("--san needs a value")?);
+        }
+    }
     if !listen.ip().is_unspecified() && !sans.contains(&listen.ip().to_string()) {
         sans.push(listen.ip().to_string());
     }
@@ -65,6 +71,15 @@ fn main() -> anyhow::Result<()> {
             Caller {
                 user: "admin".into(),
                 groups: vec!["system:masters".into()],
+            },
+        );
+        // The node bootstrap token: it may only ask for a kubelet client certificate (enforced by
+        // the CSR signer; RBAC is not enforced yet).
+        tokens.insert(
+            pki.bootstrap_token.clone(),
+            Caller {
+                user: format!("system:bootstrap:{}", pki.bootstrap_token_id()),
+                groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
             },
         );
         tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");

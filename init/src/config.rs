@@ -77,6 +77,30 @@ pub struct MachineConfigDoc {
     pub shutdown_grace_seconds: Option<u32>,
     #[serde(default)]
     pub debug: DebugConfigDoc,
+    /// The control plane this node joins (none: the node runs standalone).
+    #[serde(default)]
+    pub control_plane: Option<ControlPlaneConfigDoc>,
+}
+
+/// Where the node's agent registers, and how it proves it may.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ControlPlaneConfigDoc {
+    /// `https://HOST:PORT` of the API server.
+    pub server: String,
+    /// Base64 of the cluster CA certificate (PEM).
+    pub ca_data: String,
+    /// A bootstrap token, `<6 chars>.<16 chars>`.
+    pub bootstrap_token: String,
+}
+
+/// The validated control-plane settings handed to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneConfig {
+    pub server: String,
+    pub ca_pem: String,
+    pub bootstrap_token: String,
 }
 
 /// Network section of the document.
@@ -123,6 +147,7 @@ pub struct MachineConfig {
     pub on_ready: OnReady,
     pub shutdown_grace_seconds: u32,
     pub crash_service: bool,
+    pub control_plane: Option<ControlPlaneConfig>,
 }
 
 /// A validated interface setting.
@@ -150,6 +175,7 @@ impl Default for MachineConfig {
             on_ready: OnReady::Run,
             shutdown_grace_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
             crash_service: false,
+            control_plane: None,
         }
     }
 }
@@ -361,7 +387,9 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
     if !(1..=600).contains(&grace) {
         return Err(invalid("shutdownGraceSeconds", "must be between 1 and 600"));
     }
+    let control_plane = doc.control_plane.map(validate_control_plane).transpose()?;
     Ok(MachineConfig {
+        control_plane,
         hostname: doc.hostname,
         log_level,
         interfaces,
@@ -369,6 +397,38 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         on_ready: doc.on_ready,
         shutdown_grace_seconds: grace,
         crash_service: doc.debug.crash_service,
+    })
+}
+
+fn validate_control_plane(cp: ControlPlaneConfigDoc) -> Result<ControlPlaneConfig, ConfigError> {
+    let rest = cp
+        .server
+        .strip_prefix("https://")
+        .ok_or_else(|| invalid("controlPlane.server", "must be an https:// URL"))?;
+    if rest.is_empty() || rest.contains('/') && !rest.ends_with('/') {
+        return Err(invalid("controlPlane.server", "must be https://HOST[:PORT]"));
+    }
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cp.ca_data.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"))
+        .ok_or_else(|| invalid("controlPlane.caData", "must be the base64 of a PEM certificate"))?;
+    let token_ok = cp.bootstrap_token.split_once('.').is_some_and(|(id, secret)| {
+        id.len() == 6
+            && secret.len() == 16
+            && (id.bytes().chain(secret.bytes())).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    });
+    if !token_ok {
+        return Err(invalid(
+            "controlPlane.bootstrapToken",
+            "must look like abcdef.0123456789abcdef",
+        ));
+    }
+    Ok(ControlPlaneConfig {
+        server: cp.server.trim_end_matches('/').to_string(),
+        ca_pem: pem,
+        bootstrap_token: cp.bootstrap_token,
     })
 }
 
@@ -486,6 +546,29 @@ mod tests {
         );
         let err = load(Some(b"[1,2]"), "").expect_err("must fail");
         assert!(err.to_string().contains("must be a JSON object"), "{err}");
+    }
+
+    #[test]
+    fn control_plane_section() {
+        let ca = b64("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+        let doc = format!(
+            r#"{{"apiVersion":"nodeos/v1alpha1","controlPlane":{{"server":"https://10.0.2.100:6443","caData":"{ca}","bootstrapToken":"abcdef.0123456789abcdef"}}}}"#
+        );
+        let cfg = load(Some(doc.as_bytes()), "").expect("valid").expect("present");
+        let cp = cfg.control_plane.expect("control plane");
+        assert_eq!(cp.server, "https://10.0.2.100:6443");
+        assert!(cp.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        for (bad, field) in [
+            (doc.replace("https://", "http://"), "controlPlane.server"),
+            (doc.replace(&ca, "bm90IGEgY2VydA=="), "controlPlane.caData"),
+            (
+                doc.replace("abcdef.0123456789abcdef", "short.token"),
+                "controlPlane.bootstrapToken",
+            ),
+        ] {
+            let err = load(Some(bad.as_bytes()), "").expect_err("must fail");
+            assert!(err.to_string().contains(field), "{err}");
+        }
     }
 
     #[test]

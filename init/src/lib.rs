@@ -91,6 +91,7 @@ fn boot_and_supervise() -> Shutdown {
         format!("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {hostname}\n"),
     );
 
+    write_agent_config(&cfg, &hostname, &configured);
     let mut sup = match Supervisor::new() {
         Ok(s) => s,
         Err(e) => {
@@ -125,6 +126,32 @@ fn boot_and_supervise() -> Shutdown {
     tracing::info!(action = ?action, grace_s = cfg.shutdown_grace_seconds, "stopping services");
     sup.stop_all(Duration::from_secs(u64::from(cfg.shutdown_grace_seconds)));
     action
+}
+
+/// Where init hands the agent its settings (the node name, its address, the control plane).
+pub const AGENT_CONFIG: &str = "/run/nodeos/agent.json";
+
+/// Writes [`AGENT_CONFIG`] (mode 0600: it holds the bootstrap token).
+fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network::Configured]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let doc = serde_json::json!({
+        "nodeName": hostname,
+        "nodeIP": configured.first().map(|c| c.address.to_string()),
+        "controlPlane": cfg.control_plane,
+    });
+    let written = std::fs::create_dir_all("/run/nodeos").and_then(|()| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(AGENT_CONFIG)
+            .and_then(|mut f| f.write_all(doc.to_string().as_bytes()))
+    });
+    if let Err(e) = written {
+        tracing::error!(error = %e, path = AGENT_CONFIG, "cannot write the agent's config");
+    }
 }
 
 /// Reads the machine config; a bad config is reported and the safe default is used.

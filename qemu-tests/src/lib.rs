@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod vm;
 
 pub use vm::{Arch, Boot, Nic, Vm, VmConfig, VmFactory};

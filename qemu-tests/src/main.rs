@@ -1,11 +1,13 @@
 //! `nodeos-vm`: boots node images for `./build.sh run` and `./build.sh bench boot`.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use qemu_tests::vm::{Arch, Nic, VmConfig, VmFactory, field_u64, free_port, out_dir};
+use qemu_tests::cluster::ControlPlane;
+use qemu_tests::vm::{Arch, VmConfig, VmFactory, field_u64, free_port, out_dir};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
@@ -31,6 +33,7 @@ fn main() -> Result<()> {
             flag("--uefi"),
             flag("--stay"),
         ),
+        Some("relay") => relay(args.get(1).map(String::as_str).unwrap_or_else(|| usage())),
         Some("bench-boot") => {
             let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(5);
             let arches = match value("--arch").as_deref() {
@@ -44,21 +47,56 @@ fn main() -> Result<()> {
     }
 }
 
-/// Boots one node, shows it ready and its agent answering over TLS, then powers it off.
+/// Copies stdin to a TCP connection to `addr` and the connection to stdout: QEMU runs this per
+/// guest connection for a `guestfwd=...-cmd:` forward (a chardev forward carries one connection).
+fn relay(addr: &str) -> Result<()> {
+    let stream = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    let mut to_host = stream.try_clone()?;
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_host);
+        let _ = to_host.shutdown(std::net::Shutdown::Write);
+    });
+    // stdout is line-buffered: flush every chunk, or TLS records sit in the buffer.
+    let mut from_host = stream;
+    let mut out = std::io::stdout().lock();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match std::io::Read::read(&mut from_host, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = up.join();
+    Ok(())
+}
+
+/// The main job: a control plane on its embedded store, one node VM that boots, joins it and is
+/// shown Ready by the real kubectl, its agent answering over TLS; then an orderly poweroff.
 fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     let out = out_dir();
+    let cp = ControlPlane::start()?;
+    println!(
+        "control plane: {} (kubeconfig {})",
+        cp.dir().display(),
+        cp.dir().join("admin.kubeconfig").display()
+    );
     let port = free_port()?;
     let base = if uefi {
         VmConfig::uefi(&out, arch)
     } else {
         VmConfig::direct(&out, arch)?
     };
+    let mut nic = cp.nic();
+    nic.forwards.push((port, 10250));
+    let node_name = format!("demo-{}", arch.name().replace('_', "-"));
     let cfg = base
-        .with_nics(vec![Nic {
-            forwards: vec![(port, 10250)],
-        }])
-        .with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","hostname":"demo-node"}"#);
-    let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?.keep_logs();
+        .with_nics(vec![nic])
+        .with_fw_cfg(cp.machine_config(&node_name)?);
+    let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?;
     let t0 = Instant::now();
     let mut vm = factory.start(&cfg)?;
     println!(
@@ -69,7 +107,11 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     );
     let ready = vm.wait_for_line("init: ready", BOOT_TIMEOUT)?;
     println!("{ready}    (host wall clock {:.1} s)", t0.elapsed().as_secs_f64());
-    vm.wait_for_line("agent: ready", BOOT_TIMEOUT)?;
+    vm.wait_for_line("agent: node registered", BOOT_TIMEOUT)?;
+    println!(
+        "node registered after {:.1} s (host wall clock)",
+        t0.elapsed().as_secs_f64()
+    );
     for l in vm
         .console()
         .lines()
@@ -77,6 +119,10 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     {
         println!("  {l}");
     }
+    println!(
+        "\n$ kubectl get nodes -o wide\n{}",
+        cp.kubectl(&["get", "nodes", "-o", "wide"])?
+    );
     let health = Command::new("curl")
         .args([
             "-sk",
@@ -91,11 +137,31 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     if body != "ok" {
         bail!("the agent did not answer its health check");
     }
+    let status = cp.kubectl(&[
+        "get",
+        "node",
+        &node_name,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ])?;
+    if status != "True" {
+        bail!("node {node_name} is not Ready ({status:?})");
+    }
     if stay {
-        println!("node is up; press Ctrl-C to stop");
+        println!(
+            "node is up; KUBECONFIG={} kubectl get nodes; press Ctrl-C to stop",
+            cp.dir().join("admin.kubeconfig").display()
+        );
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
+    }
+    if arch == Arch::Aarch64 && !uefi {
+        // The arm64 cloud kernel has no gpio-keys driver, so `virt` without firmware has no
+        // power button: stop QEMU instead.
+        println!("(arm64 direct boot has no power button; stopping QEMU)");
+        vm.qmp("quit", None).ok();
+        return Ok(());
     }
     vm.qmp("system_powerdown", None)?;
     let status = vm.wait_exit(Duration::from_secs(120))?;

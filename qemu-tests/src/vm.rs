@@ -83,6 +83,9 @@ pub enum Boot {
 pub struct Nic {
     /// (host port on 127.0.0.1, guest port)
     pub forwards: Vec<(u16, u16)>,
+    /// Guest-side services reaching the host: (guest IP, guest port, host port on 127.0.0.1).
+    /// Each guest connection runs `nodeos-vm relay 127.0.0.1:<host port>`.
+    pub guest_forwards: Vec<(String, u16, u16)>,
 }
 
 /// What to build.
@@ -165,13 +168,12 @@ impl VmConfig {
     }
 }
 
-/// Builds VMs for one test and owns them: all are killed on drop; their logs stay under
-/// `<target>/qemu-tests/<name>/` when the test failed (panicked) and are removed otherwise.
+/// Builds VMs for one test and owns them: all are killed on drop; their logs (serial console,
+/// QEMU arguments and stderr) stay under `<target>/qemu-tests/<name>/` until the test runs again.
 #[derive(Debug)]
 pub struct VmFactory {
     dir: PathBuf,
     count: usize,
-    keep: bool,
 }
 
 /// The images directory: `NODEOS_OUT`, else `out/` at the workspace root.
@@ -181,7 +183,13 @@ pub fn out_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../out"))
 }
 
-fn target_dir() -> PathBuf {
+/// The `nodeos-vm` binary (it carries the guestfwd relay).
+pub fn relay_bin() -> PathBuf {
+    target_dir().join("debug/nodeos-vm")
+}
+
+/// The target directory of this workspace (`CARGO_TARGET_DIR` or `target/`).
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
@@ -193,18 +201,7 @@ impl VmFactory {
         let dir = target_dir().join("qemu-tests").join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self {
-            dir,
-            count: 0,
-            keep: false,
-        })
-    }
-
-    /// Keeps the logs even when the test passes (benchmarks, `./build.sh run`).
-    #[must_use]
-    pub fn keep_logs(mut self) -> Self {
-        self.keep = true;
-        self
+        Ok(Self { dir, count: 0 })
     }
 
     /// The directory holding this factory's logs.
@@ -223,9 +220,9 @@ impl VmFactory {
 
 impl Drop for VmFactory {
     fn drop(&mut self) {
-        if !self.keep && !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else if std::thread::panicking() {
+        // Logs stay (tests that fail by returning an error do not panic, so the factory cannot
+        // tell); the next run of the same test starts by removing them.
+        if std::thread::panicking() {
             eprintln!("qemu-tests: logs kept in {}", self.dir.display());
         }
     }
@@ -322,6 +319,12 @@ impl Vm {
             for (host, guest) in &nic.forwards {
                 netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
                 forwards.push((*host, *guest));
+            }
+            for (ip, port, host) in &nic.guest_forwards {
+                netdev.push_str(&format!(
+                    ",guestfwd=tcp:{ip}:{port}-cmd:{} relay 127.0.0.1:{host}",
+                    relay_bin().display()
+                ));
             }
             args.extend([
                 "-netdev".into(),

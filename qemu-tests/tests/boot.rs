@@ -90,6 +90,7 @@ fn x86_64_network_agent_and_power_button() -> Result<()> {
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_nics(vec![Nic {
             forwards: vec![(port, 10250)],
+            ..Nic::default()
         }])
         .with_fw_cfg(r#"{"apiVersion":"nodeos/v1alpha1","hostname":"test-node","shutdownGraceSeconds":5}"#);
     let mut f = VmFactory::new("x86_64-network")?;
@@ -240,6 +241,7 @@ fn aarch64_static_address_and_agent() -> Result<()> {
     let cfg = VmConfig::direct(&out_dir(), Arch::Aarch64)?
         .with_nics(vec![Nic {
             forwards: vec![(port, 10250)],
+            ..Nic::default()
         }])
         .with_fw_cfg(
             r#"{"apiVersion":"nodeos/v1alpha1","hostname":"arm-node","network":{"interfaces":[

@@ -4,49 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-/// RFC 3339 UTC with second precision, as Kubernetes writes `metav1.Time`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Parses what [`rfc3339`] writes (and fractional seconds) back to seconds since the epoch.
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
-}
+pub use kcore::time::{parse_rfc3339, rfc3339};
 
 /// kubectl's short age: `45s`, `3m`, `2h`, `5d`.
 pub fn age(created: &str, now: SystemTime) -> String {
@@ -247,12 +205,13 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn time_round_trips() {
+    fn ages() {
         let t = UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
-        let s = rfc3339(t);
-        assert_eq!(s, "2026-11-18T11:06:40Z");
-        assert_eq!(parse_rfc3339(&s), Some(1_795_000_000));
-        assert_eq!(age(&s, t + std::time::Duration::from_secs(300)), "5m");
+        assert_eq!(age(&rfc3339(t), t + std::time::Duration::from_secs(300)), "5m");
+        assert_eq!(
+            age(&rfc3339(t), t + std::time::Duration::from_secs(3 * 86_400)),
+            "3d"
+        );
     }
 
     #[test]

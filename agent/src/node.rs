@@ -1,0 +1,362 @@
+//! Joining the cluster: TLS bootstrap (a CSR sent with the bootstrap token, signed by the control
+//! plane as `system:node:<name>` in `system:nodes`), Node registration with capacity, addresses,
+//! nodeInfo, labels and the Ready condition, and the Lease in `kube-node-lease` renewed every 10 s.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::client::{ApiClient, ClientError, Credentials};
+
+/// Lease renewal period (the kubelet's default).
+pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// The Lease duration the node announces.
+pub const LEASE_DURATION_SECONDS: u32 = 40;
+/// Node status (Ready heartbeat) update period.
+pub const STATUS_UPDATE: Duration = Duration::from_secs(60);
+
+/// What init hands the agent (`/run/nodeos/agent.json`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinSettings {
+    pub node_name: String,
+    #[serde(rename = "nodeIP")]
+    pub node_ip: Option<String>,
+    pub control_plane: Option<ControlPlane>,
+}
+
+/// The control plane to join.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlane {
+    pub server: String,
+    pub ca_pem: String,
+    pub bootstrap_token: String,
+}
+
+/// Errors joining the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("creating the node key or CSR: {0}")]
+    Csr(String),
+    #[error("the control plane did not issue a certificate: {0}")]
+    NotIssued(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The node's client identity (PEM).
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JoinError + '_ {
+    move |source| JoinError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
+/// Gets the node's client certificate: reuses the one in `dir` if present, otherwise sends a CSR
+/// with the bootstrap token and waits for the signed certificate.
+pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Identity, JoinError> {
+    let (cert_path, key_path) = (dir.join("node.crt"), dir.join("node.key"));
+    if let (Ok(cert_pem), Ok(key_pem)) = (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) {
+        return Ok(Identity { cert_pem, key_pem });
+    }
+    let csr_err = |e: rcgen::Error| JoinError::Csr(e.to_string());
+    let key = rcgen::KeyPair::generate().map_err(csr_err)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(csr_err)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let csr_pem = params
+        .serialize_request(&key)
+        .map_err(csr_err)?
+        .pem()
+        .map_err(csr_err)?;
+    let client = ApiClient::new(
+        &cp.server,
+        &cp.ca_pem,
+        Credentials::Bearer(cp.bootstrap_token.clone()),
+    )?;
+    let csr = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": { "generateName": format!("node-csr-{node}-") },
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(csr_pem.as_bytes()),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+        },
+    });
+    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let mut obj = client
+        .request("POST", path, "application/json", Some(&csr))
+        .await?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    for _ in 0..60 {
+        if let Some(cert) = obj["status"]["certificate"].as_str().filter(|c| !c.is_empty()) {
+            let cert_pem = base64::engine::general_purpose::STANDARD
+                .decode(cert)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| JoinError::NotIssued("status.certificate is not base64 PEM".into()))?;
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            std::fs::write(&key_path, key.serialize_pem()).map_err(io(&key_path))?;
+            std::fs::write(&cert_path, &cert_pem).map_err(io(&cert_path))?;
+            return Ok(Identity {
+                cert_pem,
+                key_pem: key.serialize_pem(),
+            });
+        }
+        let failed = obj["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Denied" || c["type"] == "Failed"))
+            .map(|c| c["message"].as_str().unwrap_or_default().to_string());
+        if let Some(reason) = failed {
+            return Err(JoinError::NotIssued(reason));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        obj = client
+            .request("GET", &format!("{path}/{name}"), "application/json", None)
+            .await?;
+    }
+    Err(JoinError::NotIssued(format!(
+        "CSR {name} still pending after 2 minutes"
+    )))
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn memory_kib() -> u64 {
+    read_trim("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn conditions(now: &str) -> Value {
+    let c = |t: &str, s: &str, reason: &str, message: &str| {
+        json!({"type": t, "status": s, "reason": reason, "message": message,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!([
+        c(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        c(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        c(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        c("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ])
+}
+
+/// The Node object this machine registers.
+pub fn node_object(name: &str, ip: Option<&str>) -> Value {
+    let now = kcore::time::rfc3339(SystemTime::now());
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mem = memory_kib();
+    let mut addresses = vec![json!({"type": "Hostname", "address": name})];
+    if let Some(ip) = ip {
+        addresses.insert(0, json!({"type": "InternalIP", "address": ip}));
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/arch": arch(), "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+                "beta.kubernetes.io/arch": arch(), "beta.kubernetes.io/os": "linux",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": { "cpu": cpus.to_string(), "memory": format!("{mem}Ki"), "pods": "110" },
+            "allocatable": { "cpu": cpus.to_string(), "memory": format!("{}Ki", mem.saturating_sub(100 * 1024)), "pods": "110" },
+            "addresses": addresses,
+            "conditions": conditions(&now),
+            "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
+            "nodeInfo": {
+                "machineID": read_trim("/etc/machine-id"),
+                "systemUUID": read_trim("/sys/class/dmi/id/product_uuid"),
+                "bootID": read_trim("/proc/sys/kernel/random/boot_id"),
+                "kernelVersion": read_trim("/proc/sys/kernel/osrelease"),
+                "osImage": format!("nodeos {version}"),
+                "containerRuntimeVersion": format!("nodeos://{version}"),
+                "kubeletVersion": format!("v1.32.0-nodeos.{version}"),
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": arch(),
+            },
+        },
+    })
+}
+
+/// Creates the Node, or brings an existing one's status up to date.
+pub async fn register(client: &ApiClient, name: &str, ip: Option<&str>) -> Result<(), JoinError> {
+    let node = node_object(name, ip);
+    match client
+        .request("POST", "/api/v1/nodes", "application/json", Some(&node))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(ClientError::Status { code: 409, .. }) => {
+            let patch = json!({ "status": node["status"].clone() });
+            client
+                .request(
+                    "PATCH",
+                    &format!("/api/v1/nodes/{name}/status"),
+                    "application/merge-patch+json",
+                    Some(&patch),
+                )
+                .await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Renews the node's Lease (creating it the first time).
+pub async fn renew_lease(client: &ApiClient, name: &str) -> Result<(), JoinError> {
+    let now = kcore::time::rfc3339_micros(SystemTime::now());
+    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let patch = json!({ "spec": { "holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": now } });
+    match client
+        .request(
+            "PATCH",
+            &format!("{path}/{name}"),
+            "application/merge-patch+json",
+            Some(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(ClientError::Status { code: 404, .. }) => {
+            let lease = json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": { "name": name, "namespace": "kube-node-lease" }, "spec": patch["spec"].clone() });
+            client
+                .request("POST", path, "application/json", Some(&lease))
+                .await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Updates the Ready heartbeat.
+pub async fn post_status(client: &ApiClient, name: &str) -> Result<(), JoinError> {
+    let now = kcore::time::rfc3339(SystemTime::now());
+    let patch = json!({ "status": { "conditions": conditions(&now) } });
+    client
+        .request(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}/status"),
+            "application/merge-patch+json",
+            Some(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried
+/// with back-off (the control plane may come up after the node).
+pub async fn run(settings: JoinSettings, state_dir: PathBuf) {
+    let Some(cp) = settings.control_plane.clone() else {
+        tracing::info!("no control plane configured; running standalone");
+        return;
+    };
+    let name = settings.node_name.clone();
+    let mut delay = Duration::from_secs(1);
+    let client = loop {
+        let joined = async {
+            let id = bootstrap(&cp, &name, &state_dir).await?;
+            tracing::info!(node = %name, "client certificate issued");
+            let client = ApiClient::new(
+                &cp.server,
+                &cp.ca_pem,
+                Credentials::Certificate {
+                    cert_pem: id.cert_pem,
+                    key_pem: id.key_pem,
+                },
+            )?;
+            register(&client, &name, settings.node_ip.as_deref()).await?;
+            renew_lease(&client, &name).await?;
+            Ok::<_, JoinError>(client)
+        };
+        match joined.await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "joining the control plane failed");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    tracing::info!(node = %name, server = %cp.server, "node registered");
+    let mut lease = tokio::time::interval(LEASE_RENEW);
+    let mut status = tokio::time::interval(STATUS_UPDATE);
+    let mut renewed = 0u64;
+    loop {
+        tokio::select! {
+            _ = lease.tick() => match renew_lease(&client, &name).await {
+                Ok(()) => {
+                    renewed += 1;
+                    if renewed <= 2 {
+                        tracing::info!(node = %name, renewals = renewed, "lease renewed");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            },
+            _ = status.tick() => {
+                if let Err(e) = post_status(&client, &name).await {
+                    tracing::warn!(error = %e, "node status update failed");
+                }
+            }
+        }
+    }
+}

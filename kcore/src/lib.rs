@@ -1,0 +1,6 @@
+//! Kubernetes logic used by both the control plane and the node agent, with no server
+//! dependencies (DESIGN.md §2: one place, never two copies). Today: API time formats.
+
+#![forbid(unsafe_code)]
+
+pub mod time;

@@ -1,0 +1,96 @@
+//! A control plane on the host for node VMs: `controlplane serve` on loopback with a fresh data
+//! directory, reachable from guests at [`CP_GUEST_IP`]:6443 through a QEMU guest forward, and the
+//! machine config that makes a node join it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail, ensure};
+use base64::Engine;
+
+use crate::vm::{Nic, free_port, target_dir};
+
+/// The address nodes dial; QEMU forwards it to the host's control plane.
+pub const CP_GUEST_IP: &str = "10.0.2.100";
+
+/// A running control plane (killed on drop).
+#[derive(Debug)]
+pub struct ControlPlane {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ControlPlane {
+    /// Starts `target/debug/controlplane` (built by `./build.sh build`).
+    pub fn start() -> Result<Self> {
+        let bin = target_dir().join("debug/controlplane");
+        ensure!(bin.exists(), "{} not built (run ./build.sh build)", bin.display());
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let mut child = Command::new(&bin)
+            .args(["serve", "--data-dir"])
+            .arg(dir.path())
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--san", CP_GUEST_IP])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        ensure!(line.contains("serving"), "control plane did not start: {line}");
+        Ok(Self { child, dir, port })
+    }
+
+    /// The data directory (PKI, store, `admin.kubeconfig`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The machine config of a node named `hostname` that joins this control plane.
+    pub fn machine_config(&self, hostname: &str) -> Result<String> {
+        let ca = std::fs::read(self.dir().join("pki/ca.crt"))?;
+        let token = std::fs::read_to_string(self.dir().join("pki/bootstrap.token"))?;
+        Ok(serde_json::json!({
+            "apiVersion": "nodeos/v1alpha1",
+            "hostname": hostname,
+            "controlPlane": {
+                "server": format!("https://{CP_GUEST_IP}:6443"),
+                "caData": base64::engine::general_purpose::STANDARD.encode(ca),
+                "bootstrapToken": token.trim(),
+            },
+        })
+        .to_string())
+    }
+
+    /// A NIC whose guest reaches this control plane at [`CP_GUEST_IP`]:6443.
+    pub fn nic(&self) -> Nic {
+        Nic {
+            guest_forwards: vec![(CP_GUEST_IP.into(), 6443, self.port)],
+            ..Nic::default()
+        }
+    }
+
+    /// Runs the real kubectl with the admin kubeconfig; returns stdout.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("kubectl")
+            .env("KUBECONFIG", self.dir().join("admin.kubeconfig"))
+            .arg("--cache-dir")
+            .arg(self.dir().join("kube-cache"))
+            .args(args)
+            .output()
+            .context("running kubectl")?;
+        if !out.status.success() {
+            bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
