@@ -246,16 +246,7 @@ pub async fn register(client: &ApiClient, name: &str, ip: Option<&str>) -> Resul
     {
         Ok(_) => Ok(()),
         Err(ClientError::Status { code: 409, .. }) => {
-            let patch = json!({ "status": node["status"].clone() });
-            client
-                .request(
-                    "PATCH",
-                    &format!("/api/v1/nodes/{name}/status"),
-                    "application/merge-patch+json",
-                    Some(&patch),
-                )
-                .await?;
-            Ok(())
+            patch_status(client, name, json!({ "status": node["status"].clone() })).await
         }
         Err(e) => Err(e.into()),
     }
@@ -288,19 +279,24 @@ pub async fn renew_lease(client: &ApiClient, name: &str) -> Result<(), JoinError
     }
 }
 
+/// Merge-patches the node's status subresource.
+async fn patch_status(client: &ApiClient, name: &str, patch: Value) -> Result<(), JoinError> {
+    let path = format!("/api/v1/nodes/{name}/status");
+    client
+        .request("PATCH", &path, "application/merge-patch+json", Some(&patch))
+        .await?;
+    Ok(())
+}
+
 /// Updates the Ready heartbeat.
 pub async fn post_status(client: &ApiClient, name: &str) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339(SystemTime::now());
-    let patch = json!({ "status": { "conditions": conditions(&now) } });
-    client
-        .request(
-            "PATCH",
-            &format!("/api/v1/nodes/{name}/status"),
-            "application/merge-patch+json",
-            Some(&patch),
-        )
-        .await?;
-    Ok(())
+    patch_status(
+        client,
+        name,
+        json!({ "status": { "conditions": conditions(&now) } }),
+    )
+    .await
 }
 
 /// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried

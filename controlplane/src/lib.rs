@@ -6,5 +6,6 @@
 
 pub mod api;
 pub mod pki;
+pub mod process;
 pub mod server;
 pub mod storage;

@@ -3,49 +3,23 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use controlplane::process::ServerProcess;
+
 struct Server {
-    child: Child,
+    process: Option<ServerProcess>,
     dir: Option<tempfile::TempDir>,
     cache: PathBuf,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 fn start_in(dir: tempfile::TempDir) -> Server {
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_controlplane"))
-        .args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start controlplane");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read banner");
-    assert!(
-        line.contains("serving on https://127.0.0.1"),
-        "unexpected banner {line:?}"
-    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_controlplane"));
+    let process = ServerProcess::spawn(bin, dir.path(), &[]).expect("start controlplane");
     let cache = dir.path().join("kube-cache");
     Server {
-        child,
+        process: Some(process),
         dir: Some(dir),
         cache,
     }
@@ -64,10 +38,9 @@ impl Server {
         self.path().join("admin.kubeconfig")
     }
 
-    /// Kills the server (like kill -9) and hands back its data directory.
+    /// Kills the server (SIGKILL) and hands back its data directory.
     fn kill(mut self) -> tempfile::TempDir {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.take();
         self.dir.take().expect("data dir")
     }
 

@@ -213,27 +213,6 @@ fn parse_object(source_name: &'static str, bytes: &[u8]) -> Result<Value, Config
     Ok(value)
 }
 
-/// RFC 7386 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: Value) {
-    match patch {
-        Value::Object(map) => {
-            if !target.is_object() {
-                *target = Value::Object(serde_json::Map::new());
-            }
-            if let Value::Object(t) = target {
-                for (k, v) in map {
-                    if v.is_null() {
-                        t.remove(&k);
-                    } else {
-                        merge_patch(t.entry(k).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other,
-    }
-}
-
 /// Reads both sources. `fw_cfg` is the raw fw_cfg file (if QEMU provided one), `cmdline` the
 /// kernel command line. Returns `Ok(None)` when neither source has a document.
 pub fn load(fw_cfg: Option<&[u8]>, cmdline: &str) -> Result<Option<MachineConfig>, ConfigError> {
@@ -245,7 +224,7 @@ pub fn load(fw_cfg: Option<&[u8]>, cmdline: &str) -> Result<Option<MachineConfig
         let bytes = decode_b64("kernel command line nodeos.config", b64)?;
         let patch = parse_object("kernel command line nodeos.config", &bytes)?;
         match merged.as_mut() {
-            Some(m) => merge_patch(m, patch),
+            Some(m) => kcore::json::merge_patch(m, &patch),
             None => merged = Some(patch),
         }
     }

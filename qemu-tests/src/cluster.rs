@@ -2,14 +2,14 @@
 //! directory, reachable from guests at [`CP_GUEST_IP`]:6443 through a QEMU guest forward, and the
 //! machine config that makes a node join it.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine;
+use controlplane::process::ServerProcess;
 
-use crate::vm::{Nic, free_port, target_dir};
+use crate::vm::{Nic, target_dir};
 
 /// The address nodes dial; QEMU forwards it to the host's control plane.
 pub const CP_GUEST_IP: &str = "10.0.2.100";
@@ -17,16 +17,8 @@ pub const CP_GUEST_IP: &str = "10.0.2.100";
 /// A running control plane (killed on drop).
 #[derive(Debug)]
 pub struct ControlPlane {
-    child: Child,
+    process: ServerProcess,
     dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl ControlPlane {
@@ -35,19 +27,9 @@ impl ControlPlane {
         let bin = target_dir().join("debug/controlplane");
         ensure!(bin.exists(), "{} not built (run ./build.sh build)", bin.display());
         let dir = tempfile::tempdir()?;
-        let port = free_port()?;
-        let mut child = Command::new(&bin)
-            .args(["serve", "--data-dir"])
-            .arg(dir.path())
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--san", CP_GUEST_IP])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
+        let process = ServerProcess::spawn(&bin, dir.path(), &["--san", CP_GUEST_IP])
             .with_context(|| format!("starting {}", bin.display()))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-        ensure!(line.contains("serving"), "control plane did not start: {line}");
-        Ok(Self { child, dir, port })
+        Ok(Self { process, dir })
     }
 
     /// The data directory (PKI, store, `admin.kubeconfig`).
@@ -74,7 +56,7 @@ impl ControlPlane {
     /// A NIC whose guest reaches this control plane at [`CP_GUEST_IP`]:6443.
     pub fn nic(&self) -> Nic {
         Nic {
-            guest_forwards: vec![(CP_GUEST_IP.into(), 6443, self.port)],
+            guest_forwards: vec![(CP_GUEST_IP.into(), 6443, self.process.port)],
             ..Nic::default()
         }
     }

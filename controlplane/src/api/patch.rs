@@ -7,26 +7,7 @@
 
 use serde_json::{Map, Value};
 
-/// RFC 7386 merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            if let Value::Object(t) = target {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
+pub use kcore::json::merge_patch;
 
 fn unescape(token: &str) -> String {
     token.replace("~1", "/").replace("~0", "~")

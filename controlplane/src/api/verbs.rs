@@ -682,15 +682,7 @@ impl Api {
         let key = res.key(t.namespace.as_deref(), &name);
         if deleting && finalizers_empty {
             // The last finalizer is gone: the object goes away now.
-            let ev = self
-                .store
-                .write(Write::Delete {
-                    key,
-                    expected: Some(rev),
-                })
-                .await
-                .map_err(store_err_for(res, &name))?;
-            let gone = decode(&ev.kv)?;
+            let gone = self.remove(res, key, rev, &name).await?;
             self.collect_dependents(&gone, "Background").await?;
             return Ok(gone);
         }
@@ -703,6 +695,19 @@ impl Api {
             })
             .await
             .map_err(store_err_for(res, &name))?;
+        decode(&ev.kv)
+    }
+
+    /// Deletes `key` if it is still at `rev`; returns the object as it was.
+    async fn remove(&self, res: &Resource, key: String, rev: i64, name: &str) -> Result<Value, ApiError> {
+        let ev = self
+            .store
+            .write(Write::Delete {
+                key,
+                expected: Some(rev),
+            })
+            .await
+            .map_err(store_err_for(res, name))?;
         decode(&ev.kv)
     }
 
@@ -859,15 +864,7 @@ impl Api {
             return Ok(obj);
         }
         let key = res.key(t.namespace.as_deref(), &name);
-        let ev = self
-            .store
-            .write(Write::Delete {
-                key,
-                expected: Some(rev),
-            })
-            .await
-            .map_err(store_err_for(res, &name))?;
-        let gone = decode(&ev.kv)?;
+        let gone = self.remove(res, key, rev, &name).await?;
         if policy == "Background" {
             self.collect_dependents(&gone, "Background").await?;
         }

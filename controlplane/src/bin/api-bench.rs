@@ -8,7 +8,6 @@
 //!
 //! Absolute numbers on shared machines are noise; the ratios are the figures.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -24,6 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObjec
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
+use controlplane::process::ServerProcess;
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
 use controlplane::storage::{Store, Write};
 
@@ -329,24 +329,6 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
     }))
 }
 
-fn start_server(bin: &Path, dir: &Path) -> Result<(Proc, String)> {
-    let port = free_port()?;
-    let mut child = Command::new(bin)
-        .args(["serve", "--data-dir"])
-        .arg(dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-    if !line.contains("serving") {
-        bail!("controlplane did not start: {line}");
-    }
-    Ok((Proc(child), format!("127.0.0.1:{port}")))
-}
-
 fn main() -> Result<()> {
     let out = PathBuf::from(std::env::args().nth(1).context("usage: api-bench OUT.json")?);
     let quick = std::env::var("BENCH_QUICK").is_ok();
@@ -362,8 +344,8 @@ fn main() -> Result<()> {
         let floor = store_floor(&tmp.path().join("floor"), writes).await?;
         eprintln!("api-bench: etcd 3.4 puts");
         let etcd = etcd_puts(&tmp.path().join("etcd"), writes).await?;
-        let (server, addr) = start_server(&server_bin, &tmp.path().join("cp"))?;
-        let pid = server.0.id();
+        let server = ServerProcess::spawn(&server_bin, &tmp.path().join("cp"), &[])?;
+        let (pid, addr) = (server.pid(), server.addr());
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_rss = rss_kib(pid);
         let target = Target { addr, tls: Some(Arc::new(tls_config(&tmp.path().join("cp/pki"))?)) };
