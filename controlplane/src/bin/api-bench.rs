@@ -107,6 +107,7 @@ impl Conn {
             .body(Full::new(
                 body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
             ))?;
+        self.send.ready().await?;
         let resp = self.send.send_request(req).await?;
         let code = resp.status().as_u16();
         let bytes = resp.into_body().collect().await?.to_bytes();
@@ -145,7 +146,14 @@ where
             for i in 0..per_client {
                 let (m, p, b) = make(c, i);
                 let t = Instant::now();
-                let (code, body) = conn.call(m, &p, b.as_ref()).await?;
+                // A server may close a kept-alive connection: reconnect once and retry.
+                let (code, body) = match conn.call(m, &p, b.as_ref()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        conn = target.connect().await?;
+                        conn.call(m, &p, b.as_ref()).await?
+                    }
+                };
                 if code >= 300 {
                     bail!("{m} {p}: HTTP {code}: {}", String::from_utf8_lossy(&body));
                 }
