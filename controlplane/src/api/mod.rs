@@ -3,6 +3,8 @@
 //! and `Status` errors. Transport-free: [`Api::handle`] takes a request with its whole body and
 //! the authenticated caller, so tests drive it without sockets.
 
+mod admission;
+mod delete;
 pub mod discovery;
 pub mod object;
 pub mod patch;

@@ -1,6 +1,6 @@
-//! The verbs on objects: get, list, create, update, patch, delete (with cascading), plus the
-//! pod subresources (binding, eviction) and scale. Objects are stored as JSON without
-//! `resourceVersion`; it is set from the store revision on every read.
+//! The verbs on objects: get, list, create, update, patch, plus pod binding and scale. Objects
+//! are stored as JSON without `resourceVersion`; it is set from the store revision on every read.
+//! Admission (defaults, validation, CSR signing) is in `admission.rs`, deletion in `delete.rs`.
 
 use std::time::SystemTime;
 
@@ -8,8 +8,9 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use super::admission::{check_type, selector_requirements};
 use super::object::{self, labels_match, parse_field_selector, parse_label_selector};
-use super::registry::{self, RESOURCES, Resource};
+use super::registry::{self, Resource};
 use super::status::{self, ApiError};
 use super::{Api, Query, Target, Want, patch, table};
 use crate::storage::{KeyValue, StoreError, Write};
@@ -24,7 +25,10 @@ pub(crate) fn store_err(e: StoreError) -> ApiError {
     }
 }
 
-fn store_err_for<'a>(res: &'a Resource, name: &'a str) -> impl FnOnce(StoreError) -> ApiError + 'a {
+pub(crate) fn store_err_for<'a>(
+    res: &'a Resource,
+    name: &'a str,
+) -> impl FnOnce(StoreError) -> ApiError + 'a {
     move |e| match e {
         StoreError::NotFound { .. } => ApiError::not_found(res, name),
         StoreError::AlreadyExists { .. } => ApiError::already_exists(res, name),
@@ -41,7 +45,7 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-fn encode(obj: &Value) -> Vec<u8> {
+pub(crate) fn encode(obj: &Value) -> Vec<u8> {
     let mut o = obj.clone();
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
@@ -49,7 +53,7 @@ fn encode(obj: &Value) -> Vec<u8> {
     serde_json::to_vec(&o).unwrap_or_default()
 }
 
-fn name_of(obj: &Value) -> &str {
+pub(crate) fn name_of(obj: &Value) -> &str {
     obj["metadata"]["name"].as_str().unwrap_or_default()
 }
 
@@ -132,15 +136,15 @@ impl Filter {
     }
 }
 
-fn b64_bytes(b: &[u8]) -> String {
+pub(crate) fn b64_bytes(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-fn b64(s: &str) -> String {
+pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn unb64(s: &str) -> Option<String> {
+pub(crate) fn unb64(s: &str) -> Option<String> {
     base64::engine::general_purpose::STANDARD
         .decode(s)
         .ok()
@@ -228,207 +232,9 @@ impl Api {
                 if let Some(c) = &next {
                     meta["continue"] = json!(c);
                 }
-                for o in &mut items {
-                    // List items carry no apiVersion/kind in Kubernetes' JSON, but kubectl copes
-                    // either way; keeping them makes the items self-describing.
-                    let _ = o;
-                }
                 json!({ "kind": format!("{}List", t.res.kind), "apiVersion": t.res.api_version(), "metadata": meta, "items": items })
             }
         })
-    }
-
-    /// Defaults and validation of a new or updated object (the seeds' API-50 defaults that need
-    /// no other objects, and the name rules).
-    fn admit(&self, res: &Resource, obj: &mut Value, creating: bool) -> Result<(), ApiError> {
-        let name = name_of(obj).to_string();
-        let name_err = match (res.group, res.plural) {
-            ("", "namespaces") | ("", "services") => object::dns1123_label_error(&name),
-            _ => object::dns1123_subdomain_error(&name),
-        };
-        if let Some(msg) = name_err {
-            return Err(ApiError::invalid(
-                res,
-                &name,
-                "metadata.name",
-                &format!("Invalid value: {name:?}: {msg}"),
-            ));
-        }
-        if let Some(labels) = obj["metadata"]["labels"].as_object() {
-            for (k, v) in labels {
-                if !v.is_string() {
-                    return Err(ApiError::invalid(
-                        res,
-                        &name,
-                        &format!("metadata.labels.{k}"),
-                        "Invalid value: must be a string",
-                    ));
-                }
-            }
-        }
-        match (res.group, res.plural) {
-            ("", "namespaces") => {
-                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
-                if creating {
-                    obj["spec"]["finalizers"] = json!(["kubernetes"]);
-                    obj["status"] = json!({ "phase": "Active" });
-                }
-            }
-            ("", "pods") => {
-                let containers = obj["spec"]["containers"].as_array().cloned().unwrap_or_default();
-                if containers.is_empty() {
-                    return Err(ApiError::invalid(res, &name, "spec.containers", "Required value"));
-                }
-                for (i, c) in containers.iter().enumerate() {
-                    if c["name"].as_str().is_none_or(str::is_empty) {
-                        return Err(ApiError::invalid(
-                            res,
-                            &name,
-                            &format!("spec.containers[{i}].name"),
-                            "Required value",
-                        ));
-                    }
-                    if c["image"].as_str().is_none_or(str::is_empty) {
-                        return Err(ApiError::invalid(
-                            res,
-                            &name,
-                            &format!("spec.containers[{i}].image"),
-                            "Required value",
-                        ));
-                    }
-                }
-                let spec = &mut obj["spec"];
-                for (k, v) in [
-                    ("restartPolicy", json!("Always")),
-                    ("dnsPolicy", json!("ClusterFirst")),
-                    ("terminationGracePeriodSeconds", json!(30)),
-                    ("schedulerName", json!("default-scheduler")),
-                    ("serviceAccountName", json!("default")),
-                    ("securityContext", json!({})),
-                    ("enableServiceLinks", json!(true)),
-                    ("preemptionPolicy", json!("PreemptLowerPriority")),
-                    ("priority", json!(0)),
-                ] {
-                    if spec.get(k).is_none() {
-                        spec[k] = v;
-                    }
-                }
-                for list in ["containers", "initContainers"] {
-                    if let Some(cs) = spec[list].as_array_mut() {
-                        for c in cs {
-                            if c.get("imagePullPolicy").is_none() {
-                                c["imagePullPolicy"] =
-                                    json!(default_pull_policy(c["image"].as_str().unwrap_or_default()));
-                            }
-                            for (k, v) in [
-                                ("terminationMessagePath", json!("/dev/termination-log")),
-                                ("terminationMessagePolicy", json!("File")),
-                                ("resources", json!({})),
-                            ] {
-                                if c.get(k).is_none() {
-                                    c[k] = v;
-                                }
-                            }
-                        }
-                    }
-                }
-                if creating {
-                    obj["status"] = json!({ "phase": "Pending", "qosClass": qos_class(&obj["spec"]) });
-                }
-            }
-            ("apps", "deployments")
-            | ("apps", "replicasets")
-            | ("apps", "statefulsets")
-            | ("apps", "daemonsets") => {
-                let sel = &obj["spec"]["selector"];
-                if sel.is_null() {
-                    return Err(ApiError::invalid(res, &name, "spec.selector", "Required value"));
-                }
-                let tmpl_labels = obj["spec"]["template"]["metadata"]["labels"].clone();
-                let reqs = selector_requirements(sel);
-                if !labels_match(&reqs, Some(&tmpl_labels)) {
-                    return Err(ApiError::invalid(
-                        res,
-                        &name,
-                        "spec.template.metadata.labels",
-                        &format!(
-                            "Invalid value: {}: `selector` does not match template `labels`",
-                            tmpl_labels
-                        ),
-                    ));
-                }
-                if res.plural != "daemonsets" && obj["spec"].get("replicas").is_none() {
-                    obj["spec"]["replicas"] = json!(1);
-                }
-                if res.plural == "deployments" {
-                    if obj["spec"].get("revisionHistoryLimit").is_none() {
-                        obj["spec"]["revisionHistoryLimit"] = json!(10);
-                    }
-                    if obj["spec"].get("progressDeadlineSeconds").is_none() {
-                        obj["spec"]["progressDeadlineSeconds"] = json!(600);
-                    }
-                    if obj["spec"].get("strategy").is_none() {
-                        obj["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
-                    }
-                }
-            }
-            ("", "services") => {
-                let spec = &mut obj["spec"];
-                if spec.get("type").is_none() {
-                    spec["type"] = json!("ClusterIP");
-                }
-                if spec.get("sessionAffinity").is_none() {
-                    spec["sessionAffinity"] = json!("None");
-                }
-                if let Some(ports) = spec["ports"].as_array_mut() {
-                    for p in ports {
-                        if p.get("protocol").is_none() {
-                            p["protocol"] = json!("TCP");
-                        }
-                        if p.get("targetPort").is_none() {
-                            p["targetPort"] = p["port"].clone();
-                        }
-                    }
-                }
-            }
-            ("", "secrets") => {
-                if obj.get("type").is_none() {
-                    obj["type"] = json!("Opaque");
-                }
-                if let Some(sd) = obj
-                    .get_mut("stringData")
-                    .and_then(Value::as_object_mut)
-                    .map(std::mem::take)
-                {
-                    for (k, v) in sd {
-                        obj["data"][&k] = json!(b64(v.as_str().unwrap_or_default()));
-                    }
-                    if let Some(m) = obj.as_object_mut() {
-                        m.remove("stringData");
-                    }
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    async fn namespace_active(&self, ns: &str) -> Result<(), ApiError> {
-        let res =
-            registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
-        match self.read_object(res, None, ns).await {
-            Ok((obj, _)) if obj["status"]["phase"] == "Terminating" => Err(ApiError {
-                code: 403,
-                reason: "Forbidden",
-                message: format!(
-                    "unable to create new content in namespace {ns} because it is being terminated"
-                ),
-                details: None,
-            }),
-            Ok(_) => Ok(()),
-            Err(e) if e.code == 404 => Err(ApiError::namespace_not_found(ns)),
-            Err(e) => Err(e),
-        }
     }
 
     /// POST: create. Returns (HTTP code, object).
@@ -525,59 +331,9 @@ impl Api {
         Ok((201, decode(&ev.kv)?))
     }
 
-    /// CSR admission: records who asked, and approves and signs a kubelet client CSR from a
-    /// bootstrapping node (the upstream csrapproving + csrsigning controllers' job for this signer).
-    fn admit_csr(&self, csr: &mut Value, caller: Option<&super::Caller>) {
-        if let Some(c) = caller {
-            csr["spec"]["username"] = json!(c.user);
-            csr["spec"]["groups"] = json!(c.groups);
-        }
-        let signer = csr["spec"]["signerName"].as_str().unwrap_or_default();
-        let bootstrapping = caller.is_some_and(|c| {
-            c.groups
-                .iter()
-                .any(|g| g == "system:bootstrappers" || g == "system:nodes")
-        });
-        let Some(pki) = self
-            .pki
-            .as_ref()
-            .filter(|_| signer == crate::pki::KUBELET_CLIENT_SIGNER && bootstrapping)
-        else {
-            return;
-        };
-        let pem = csr["spec"]["request"]
-            .as_str()
-            .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok());
-        let now = object::rfc3339(SystemTime::now());
-        match pem
-            .map(|p| String::from_utf8_lossy(&p).into_owned())
-            .map(|p| pki.sign_node_csr(&p))
-        {
-            Some(Ok(cert)) => {
-                csr["status"] = json!({
-                    "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
-                        "message": "Auto approving kubelet client certificate after SubjectAccessReview.",
-                        "lastUpdateTime": now, "lastTransitionTime": now}],
-                    "certificate": b64_bytes(cert.as_bytes()),
-                });
-            }
-            other => {
-                let reason = match other {
-                    Some(Err(r)) => r,
-                    _ => "spec.request is not a base64 PEM certificate request".into(),
-                };
-                tracing::warn!(reason = %reason, "CSR not approved");
-                csr["status"] = json!({
-                    "conditions": [{"type": "Failed", "status": "True", "reason": "SigningError", "message": reason,
-                        "lastUpdateTime": now, "lastTransitionTime": now}],
-                });
-            }
-        }
-    }
-
     /// What every namespace holds from the start: the `default` ServiceAccount and the
     /// `kube-root-ca.crt` ConfigMap.
-    async fn populate_namespace(&self, ns: &str) -> Result<(), ApiError> {
+    pub(crate) async fn populate_namespace(&self, ns: &str) -> Result<(), ApiError> {
         let items = [
             (
                 "serviceaccounts",
@@ -607,7 +363,7 @@ impl Api {
     }
 
     /// Writes `new` over the stored object at `rev`, keeping what clients may not change.
-    async fn replace(
+    pub(crate) async fn replace(
         &self,
         t: &Target,
         old: &Value,
@@ -699,7 +455,13 @@ impl Api {
     }
 
     /// Deletes `key` if it is still at `rev`; returns the object as it was.
-    async fn remove(&self, res: &Resource, key: String, rev: i64, name: &str) -> Result<Value, ApiError> {
+    pub(crate) async fn remove(
+        &self,
+        res: &Resource,
+        key: String,
+        rev: i64,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let ev = self
             .store
             .write(Write::Delete {
@@ -787,243 +549,6 @@ impl Api {
         Err(ApiError::conflict(t.res, &name))
     }
 
-    /// DELETE of one object. Honours preconditions, finalizers and propagationPolicy.
-    pub(crate) async fn delete(&self, t: &Target, opts: &Value, q: &Query) -> Result<Value, ApiError> {
-        let res = t.res;
-        let name = t.name.clone().unwrap_or_default();
-        let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;
-        if let Some(uid) = opts["preconditions"]["uid"].as_str()
-            && Some(uid) != obj["metadata"]["uid"].as_str()
-        {
-            return Err(ApiError::precondition_failed(
-                res,
-                &name,
-                &format!(
-                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                    obj["metadata"]["uid"].as_str().unwrap_or_default()
-                ),
-            ));
-        }
-        if let Some(want) = opts["preconditions"]["resourceVersion"].as_str()
-            && want != rev.to_string()
-        {
-            return Err(ApiError::precondition_failed(
-                res,
-                &name,
-                &format!(
-                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
-                ),
-            ));
-        }
-        let policy = opts["propagationPolicy"]
-            .as_str()
-            .or(q.get("propagationPolicy"))
-            .map(str::to_string)
-            .unwrap_or_else(|| "Background".into());
-        if !["Background", "Foreground", "Orphan"].contains(&policy.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "unsupported propagationPolicy {policy:?}"
-            )));
-        }
-        if q.dry_run()
-            || opts["dryRun"]
-                .as_array()
-                .is_some_and(|d| d.iter().any(|x| x == "All"))
-        {
-            return Ok(obj);
-        }
-        if res.group.is_empty() && res.plural == "namespaces" {
-            return self.delete_namespace(&name, obj, rev).await;
-        }
-        let has_finalizers = obj["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if policy == "Foreground" {
-            // Dependents first (synchronously), then the owner.
-            self.collect_dependents(&obj, "Foreground").await?;
-        }
-        if policy == "Orphan" {
-            self.orphan_dependents(&obj).await?;
-        }
-        if has_finalizers {
-            if obj["metadata"]["deletionTimestamp"].is_null() {
-                obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
-                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                let key = res.key(t.namespace.as_deref(), &name);
-                let ev = self
-                    .store
-                    .write(Write::Update {
-                        key,
-                        value: encode(&obj),
-                        expected: Some(rev),
-                    })
-                    .await
-                    .map_err(store_err_for(res, &name))?;
-                return decode(&ev.kv);
-            }
-            return Ok(obj);
-        }
-        let key = res.key(t.namespace.as_deref(), &name);
-        let gone = self.remove(res, key, rev, &name).await?;
-        if policy == "Background" {
-            self.collect_dependents(&gone, "Background").await?;
-        }
-        Ok(gone)
-    }
-
-    /// Objects (in the owner's namespace, or anywhere for cluster-scoped owners) whose
-    /// ownerReferences name `owner`'s uid.
-    async fn dependents(&self, owner: &Value) -> Result<Vec<(&'static Resource, Value)>, ApiError> {
-        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-        let ns = owner["metadata"]["namespace"].as_str().map(str::to_string);
-        let mut out = Vec::new();
-        for res in RESOURCES.iter().filter(|r| r.namespaced || ns.is_none()) {
-            let prefix = match (&ns, res.namespaced) {
-                (Some(n), true) => res.namespace_prefix(n),
-                _ => res.key_prefix(),
-            };
-            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
-            for kv in &page.items {
-                let obj = decode(kv)?;
-                let owned = obj["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid.as_str())));
-                if owned {
-                    out.push((res, obj));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Garbage-collects `owner`'s dependents with `policy` (Background or Foreground cascade).
-    async fn collect_dependents(&self, owner: &Value, policy: &str) -> Result<(), ApiError> {
-        for (res, dep) in self.dependents(owner).await? {
-            let t = Target {
-                res,
-                namespace: dep["metadata"]["namespace"].as_str().map(str::to_string),
-                name: Some(name_of(&dep).to_string()),
-                sub: None,
-            };
-            match Box::pin(self.delete(&t, &json!({ "propagationPolicy": policy }), &Query::default())).await
-            {
-                Ok(_) => {}
-                Err(e) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    async fn orphan_dependents(&self, owner: &Value) -> Result<(), ApiError> {
-        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-        for (res, mut dep) in self.dependents(owner).await? {
-            let rev: i64 = dep["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|r| r.parse().ok())
-                .unwrap_or(0);
-            if let Some(refs) = dep["metadata"]["ownerReferences"].as_array_mut() {
-                refs.retain(|r| r["uid"].as_str() != Some(uid.as_str()));
-            }
-            let key = res.key(dep["metadata"]["namespace"].as_str(), name_of(&dep));
-            match self
-                .store
-                .write(Write::Update {
-                    key,
-                    value: encode(&dep),
-                    expected: Some(rev),
-                })
-                .await
-            {
-                Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(store_err(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Namespace deletion: Terminating, then every namespaced object in it, then the namespace.
-    async fn delete_namespace(&self, name: &str, mut ns: Value, rev: i64) -> Result<Value, ApiError> {
-        let res =
-            registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
-        ns["status"]["phase"] = json!("Terminating");
-        if ns["metadata"]["deletionTimestamp"].is_null() {
-            ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
-        }
-        let ev = self
-            .store
-            .write(Write::Update {
-                key: res.key(None, name),
-                value: encode(&ns),
-                expected: Some(rev),
-            })
-            .await
-            .map_err(store_err_for(res, name))?;
-        let terminating = decode(&ev.kv)?;
-        for r in RESOURCES.iter().filter(|r| r.namespaced) {
-            let page = self
-                .store
-                .list(&r.namespace_prefix(name), None, 0)
-                .await
-                .map_err(store_err)?;
-            for kv in page.items {
-                match self
-                    .store
-                    .write(Write::Delete {
-                        key: kv.key.clone(),
-                        expected: None,
-                    })
-                    .await
-                {
-                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(store_err(e)),
-                }
-            }
-        }
-        match self
-            .store
-            .write(Write::Delete {
-                key: res.key(None, name),
-                expected: None,
-            })
-            .await
-        {
-            Ok(_) | Err(StoreError::NotFound { .. }) => {}
-            Err(e) => return Err(store_err(e)),
-        }
-        Ok(terminating)
-    }
-
-    /// DELETE of a collection (with selectors).
-    pub(crate) async fn delete_collection(
-        &self,
-        t: &Target,
-        opts: &Value,
-        q: &Query,
-    ) -> Result<Value, ApiError> {
-        let list = self.list(t, q, Want::Object).await?;
-        for item in list["items"].as_array().into_iter().flatten() {
-            let it = Target {
-                res: t.res,
-                namespace: item["metadata"]["namespace"].as_str().map(str::to_string),
-                name: Some(name_of(item).to_string()),
-                sub: None,
-            };
-            match self.delete(&it, opts, q).await {
-                Ok(_) => {}
-                Err(e) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(list)
-    }
-
-    /// POST pods/<name>/eviction: deletes the pod (disruption budgets are not checked yet).
-    pub(crate) async fn evict(&self, t: &Target) -> Result<Value, ApiError> {
-        self.delete(t, &Value::Null, &Query::default()).await?;
-        Ok(status::success(201))
-    }
-
     /// POST pods/<name>/binding: sets spec.nodeName once.
     pub(crate) async fn bind(&self, t: &Target, binding: Value) -> Result<Value, ApiError> {
         let node = binding["target"]["name"]
@@ -1062,7 +587,7 @@ impl Api {
         Ok(status::success(201))
     }
 
-    fn scale_of(&self, t: &Target, obj: &Value) -> Value {
+    pub(crate) fn scale_of(obj: &Value) -> Value {
         let sel = selector_requirements(&obj["spec"]["selector"]);
         let selector = sel
             .iter()
@@ -1078,7 +603,6 @@ impl Api {
                 ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"].contains(&k.as_str())
             });
         }
-        let _ = t;
         json!({
             "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
             "spec": { "replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1) },
@@ -1089,14 +613,14 @@ impl Api {
     pub(crate) async fn get_scale(&self, t: &Target) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let (obj, _) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
-        Ok(self.scale_of(t, &obj))
+        Ok(Self::scale_of(&obj))
     }
 
     /// PUT/PATCH .../scale: changes spec.replicas only.
     pub(crate) async fn patch_scale(&self, t: &Target, ct: &str, body: &Bytes) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let (obj, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
-        let mut scale = self.scale_of(t, &obj);
+        let mut scale = Self::scale_of(&obj);
         let doc = super::parse_json_body(ct, body)?;
         match ct.split(';').next().unwrap_or_default().trim() {
             "application/json-patch+json" => {
@@ -1123,97 +647,6 @@ impl Api {
             ..t.clone()
         };
         let updated = self.replace(&target, &obj, new, rev, &Query::default()).await?;
-        Ok(self.scale_of(t, &updated))
-    }
-}
-
-/// The label selector of a workload (`matchLabels` and `matchExpressions`) as requirements.
-pub(crate) fn selector_requirements(sel: &Value) -> Vec<object::Requirement> {
-    let mut reqs = Vec::new();
-    if let Some(m) = sel["matchLabels"].as_object() {
-        for (k, v) in m {
-            reqs.push(object::Requirement::Eq(
-                k.clone(),
-                v.as_str().unwrap_or_default().to_string(),
-            ));
-        }
-    }
-    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
-        let key = e["key"].as_str().unwrap_or_default().to_string();
-        let values: Vec<String> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect();
-        reqs.push(match e["operator"].as_str().unwrap_or_default() {
-            "In" => object::Requirement::In(key, values),
-            "NotIn" => object::Requirement::NotIn(key, values),
-            "Exists" => object::Requirement::Exists(key),
-            _ => object::Requirement::NotExists(key),
-        });
-    }
-    reqs
-}
-
-/// The request body's apiVersion/kind must match the URL's resource when present.
-fn check_type(res: &Resource, obj: &Value) -> Result<(), ApiError> {
-    let kind = obj["kind"].as_str().unwrap_or(res.kind);
-    let av = obj["apiVersion"].as_str().unwrap_or_default();
-    if kind != res.kind || (!av.is_empty() && av != res.api_version()) {
-        return Err(ApiError::bad_request(format!(
-            "the API version in the data ({av}) does not match the expected API version ({}) or kind {kind} is not {}",
-            res.api_version(),
-            res.kind
-        )));
-    }
-    Ok(())
-}
-
-/// imagePullPolicy default: `:latest` or no tag → Always, otherwise IfNotPresent (digests too).
-pub fn default_pull_policy(image: &str) -> &'static str {
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.split_once(':') {
-        Some((_, "latest")) | None => "Always",
-        Some(_) => "IfNotPresent",
-    }
-}
-
-/// QoS class from container requests and limits (limits-only counts as requests = limits).
-pub fn qos_class(spec: &Value) -> &'static str {
-    let mut all_guaranteed = true;
-    let mut any = false;
-    for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array().into_iter().flatten() {
-            let r = &c["resources"];
-            for res in ["cpu", "memory"] {
-                let limit = r["limits"][res]
-                    .as_str()
-                    .map(str::to_string)
-                    .or(r["limits"][res].as_i64().map(|n| n.to_string()));
-                let req = r["requests"][res]
-                    .as_str()
-                    .map(str::to_string)
-                    .or(r["requests"][res].as_i64().map(|n| n.to_string()));
-                if limit.is_some() || req.is_some() {
-                    any = true;
-                }
-                match (&req, &limit) {
-                    (_, None) => all_guaranteed = false,
-                    (Some(q), Some(l)) if q != l => all_guaranteed = false,
-                    _ => {}
-                }
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if all_guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
+        Ok(Self::scale_of(&updated))
     }
 }

@@ -1,0 +1,349 @@
+//! Admission: defaulting and validation of objects (SEEDS-SPEC §1.9-1.10), namespace checks,
+//! and approval and signing of node client CSRs.
+
+use std::time::SystemTime;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::Api;
+use super::object::{self, labels_match};
+use super::registry::{self, Resource};
+use super::status::ApiError;
+use super::verbs::{b64, b64_bytes, name_of};
+
+impl Api {
+    /// Defaults and validation of a new or updated object (the seeds' API-50 defaults that need
+    /// no other objects, and the name rules).
+    pub(crate) fn admit(&self, res: &Resource, obj: &mut Value, creating: bool) -> Result<(), ApiError> {
+        let name = name_of(obj).to_string();
+        let name_err = match (res.group, res.plural) {
+            ("", "namespaces") | ("", "services") => object::dns1123_label_error(&name),
+            _ => object::dns1123_subdomain_error(&name),
+        };
+        if let Some(msg) = name_err {
+            return Err(ApiError::invalid(
+                res,
+                &name,
+                "metadata.name",
+                &format!("Invalid value: {name:?}: {msg}"),
+            ));
+        }
+        if let Some(labels) = obj["metadata"]["labels"].as_object() {
+            for (k, v) in labels {
+                if !v.is_string() {
+                    return Err(ApiError::invalid(
+                        res,
+                        &name,
+                        &format!("metadata.labels.{k}"),
+                        "Invalid value: must be a string",
+                    ));
+                }
+            }
+        }
+        match (res.group, res.plural) {
+            ("", "namespaces") => {
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+                if creating {
+                    obj["spec"]["finalizers"] = json!(["kubernetes"]);
+                    obj["status"] = json!({ "phase": "Active" });
+                }
+            }
+            ("", "pods") => {
+                let containers = obj["spec"]["containers"].as_array().cloned().unwrap_or_default();
+                if containers.is_empty() {
+                    return Err(ApiError::invalid(res, &name, "spec.containers", "Required value"));
+                }
+                for (i, c) in containers.iter().enumerate() {
+                    if c["name"].as_str().is_none_or(str::is_empty) {
+                        return Err(ApiError::invalid(
+                            res,
+                            &name,
+                            &format!("spec.containers[{i}].name"),
+                            "Required value",
+                        ));
+                    }
+                    if c["image"].as_str().is_none_or(str::is_empty) {
+                        return Err(ApiError::invalid(
+                            res,
+                            &name,
+                            &format!("spec.containers[{i}].image"),
+                            "Required value",
+                        ));
+                    }
+                }
+                let spec = &mut obj["spec"];
+                for (k, v) in [
+                    ("restartPolicy", json!("Always")),
+                    ("dnsPolicy", json!("ClusterFirst")),
+                    ("terminationGracePeriodSeconds", json!(30)),
+                    ("schedulerName", json!("default-scheduler")),
+                    ("serviceAccountName", json!("default")),
+                    ("securityContext", json!({})),
+                    ("enableServiceLinks", json!(true)),
+                    ("preemptionPolicy", json!("PreemptLowerPriority")),
+                    ("priority", json!(0)),
+                ] {
+                    if spec.get(k).is_none() {
+                        spec[k] = v;
+                    }
+                }
+                for list in ["containers", "initContainers"] {
+                    if let Some(cs) = spec[list].as_array_mut() {
+                        for c in cs {
+                            if c.get("imagePullPolicy").is_none() {
+                                c["imagePullPolicy"] =
+                                    json!(default_pull_policy(c["image"].as_str().unwrap_or_default()));
+                            }
+                            for (k, v) in [
+                                ("terminationMessagePath", json!("/dev/termination-log")),
+                                ("terminationMessagePolicy", json!("File")),
+                                ("resources", json!({})),
+                            ] {
+                                if c.get(k).is_none() {
+                                    c[k] = v;
+                                }
+                            }
+                        }
+                    }
+                }
+                if creating {
+                    obj["status"] = json!({ "phase": "Pending", "qosClass": qos_class(&obj["spec"]) });
+                }
+            }
+            ("apps", "deployments")
+            | ("apps", "replicasets")
+            | ("apps", "statefulsets")
+            | ("apps", "daemonsets") => {
+                let sel = &obj["spec"]["selector"];
+                if sel.is_null() {
+                    return Err(ApiError::invalid(res, &name, "spec.selector", "Required value"));
+                }
+                let tmpl_labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+                let reqs = selector_requirements(sel);
+                if !labels_match(&reqs, Some(&tmpl_labels)) {
+                    return Err(ApiError::invalid(
+                        res,
+                        &name,
+                        "spec.template.metadata.labels",
+                        &format!(
+                            "Invalid value: {}: `selector` does not match template `labels`",
+                            tmpl_labels
+                        ),
+                    ));
+                }
+                if res.plural != "daemonsets" && obj["spec"].get("replicas").is_none() {
+                    obj["spec"]["replicas"] = json!(1);
+                }
+                if res.plural == "deployments" {
+                    if obj["spec"].get("revisionHistoryLimit").is_none() {
+                        obj["spec"]["revisionHistoryLimit"] = json!(10);
+                    }
+                    if obj["spec"].get("progressDeadlineSeconds").is_none() {
+                        obj["spec"]["progressDeadlineSeconds"] = json!(600);
+                    }
+                    if obj["spec"].get("strategy").is_none() {
+                        obj["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
+                    }
+                }
+            }
+            ("", "services") => {
+                let spec = &mut obj["spec"];
+                if spec.get("type").is_none() {
+                    spec["type"] = json!("ClusterIP");
+                }
+                if spec.get("sessionAffinity").is_none() {
+                    spec["sessionAffinity"] = json!("None");
+                }
+                if let Some(ports) = spec["ports"].as_array_mut() {
+                    for p in ports {
+                        if p.get("protocol").is_none() {
+                            p["protocol"] = json!("TCP");
+                        }
+                        if p.get("targetPort").is_none() {
+                            p["targetPort"] = p["port"].clone();
+                        }
+                    }
+                }
+            }
+            ("", "secrets") => {
+                if obj.get("type").is_none() {
+                    obj["type"] = json!("Opaque");
+                }
+                if let Some(sd) = obj
+                    .get_mut("stringData")
+                    .and_then(Value::as_object_mut)
+                    .map(std::mem::take)
+                {
+                    for (k, v) in sd {
+                        obj["data"][&k] = json!(b64(v.as_str().unwrap_or_default()));
+                    }
+                    if let Some(m) = obj.as_object_mut() {
+                        m.remove("stringData");
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn namespace_active(&self, ns: &str) -> Result<(), ApiError> {
+        let res =
+            registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
+        match self.read_object(res, None, ns).await {
+            Ok((obj, _)) if obj["status"]["phase"] == "Terminating" => Err(ApiError {
+                code: 403,
+                reason: "Forbidden",
+                message: format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+                details: None,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) if e.code == 404 => Err(ApiError::namespace_not_found(ns)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// CSR admission: records who asked, and approves and signs a kubelet client CSR from a
+    /// bootstrapping node (the upstream csrapproving + csrsigning controllers' job for this signer).
+    pub(crate) fn admit_csr(&self, csr: &mut Value, caller: Option<&super::Caller>) {
+        if let Some(c) = caller {
+            csr["spec"]["username"] = json!(c.user);
+            csr["spec"]["groups"] = json!(c.groups);
+        }
+        let signer = csr["spec"]["signerName"].as_str().unwrap_or_default();
+        let bootstrapping = caller.is_some_and(|c| {
+            c.groups
+                .iter()
+                .any(|g| g == "system:bootstrappers" || g == "system:nodes")
+        });
+        let Some(pki) = self
+            .pki
+            .as_ref()
+            .filter(|_| signer == crate::pki::KUBELET_CLIENT_SIGNER && bootstrapping)
+        else {
+            return;
+        };
+        let pem = csr["spec"]["request"]
+            .as_str()
+            .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok());
+        let now = object::rfc3339(SystemTime::now());
+        match pem
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .map(|p| pki.sign_node_csr(&p))
+        {
+            Some(Ok(cert)) => {
+                csr["status"] = json!({
+                    "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
+                        "message": "Auto approving kubelet client certificate after SubjectAccessReview.",
+                        "lastUpdateTime": now, "lastTransitionTime": now}],
+                    "certificate": b64_bytes(cert.as_bytes()),
+                });
+            }
+            other => {
+                let reason = match other {
+                    Some(Err(r)) => r,
+                    _ => "spec.request is not a base64 PEM certificate request".into(),
+                };
+                tracing::warn!(reason = %reason, "CSR not approved");
+                csr["status"] = json!({
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "SigningError", "message": reason,
+                        "lastUpdateTime": now, "lastTransitionTime": now}],
+                });
+            }
+        }
+    }
+}
+
+/// The label selector of a workload (`matchLabels` and `matchExpressions`) as requirements.
+pub(crate) fn selector_requirements(sel: &Value) -> Vec<object::Requirement> {
+    let mut reqs = Vec::new();
+    if let Some(m) = sel["matchLabels"].as_object() {
+        for (k, v) in m {
+            reqs.push(object::Requirement::Eq(
+                k.clone(),
+                v.as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default().to_string();
+        let values: Vec<String> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+        reqs.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => object::Requirement::In(key, values),
+            "NotIn" => object::Requirement::NotIn(key, values),
+            "Exists" => object::Requirement::Exists(key),
+            _ => object::Requirement::NotExists(key),
+        });
+    }
+    reqs
+}
+
+/// The request body's apiVersion/kind must match the URL's resource when present.
+pub(crate) fn check_type(res: &Resource, obj: &Value) -> Result<(), ApiError> {
+    let kind = obj["kind"].as_str().unwrap_or(res.kind);
+    let av = obj["apiVersion"].as_str().unwrap_or_default();
+    if kind != res.kind || (!av.is_empty() && av != res.api_version()) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({}) or kind {kind} is not {}",
+            res.api_version(),
+            res.kind
+        )));
+    }
+    Ok(())
+}
+
+/// imagePullPolicy default: `:latest` or no tag → Always, otherwise IfNotPresent (digests too).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// QoS class from container requests and limits (limits-only counts as requests = limits).
+pub fn qos_class(spec: &Value) -> &'static str {
+    let mut all_guaranteed = true;
+    let mut any = false;
+    for list in ["containers", "initContainers"] {
+        for c in spec[list].as_array().into_iter().flatten() {
+            let r = &c["resources"];
+            for res in ["cpu", "memory"] {
+                let limit = r["limits"][res]
+                    .as_str()
+                    .map(str::to_string)
+                    .or(r["limits"][res].as_i64().map(|n| n.to_string()));
+                let req = r["requests"][res]
+                    .as_str()
+                    .map(str::to_string)
+                    .or(r["requests"][res].as_i64().map(|n| n.to_string()));
+                if limit.is_some() || req.is_some() {
+                    any = true;
+                }
+                match (&req, &limit) {
+                    (_, None) => all_guaranteed = false,
+                    (Some(q), Some(l)) if q != l => all_guaranteed = false,
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if all_guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}

@@ -1,0 +1,260 @@
+//! Deletion: preconditions, finalizers, propagation policies (cascading garbage collection of
+//! dependents, synchronously within the request), namespace deletion, collections, eviction.
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::object;
+use super::registry::{self, RESOURCES, Resource};
+use super::status::{self, ApiError};
+use super::verbs::{decode, encode, name_of, store_err, store_err_for};
+use super::{Api, Query, Target, Want};
+use crate::storage::{StoreError, Write};
+
+impl Api {
+    /// DELETE of one object. Honours preconditions, finalizers and propagationPolicy.
+    pub(crate) async fn delete(&self, t: &Target, opts: &Value, q: &Query) -> Result<Value, ApiError> {
+        let res = t.res;
+        let name = t.name.clone().unwrap_or_default();
+        let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;
+        if let Some(uid) = opts["preconditions"]["uid"].as_str()
+            && Some(uid) != obj["metadata"]["uid"].as_str()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    obj["metadata"]["uid"].as_str().unwrap_or_default()
+                ),
+            ));
+        }
+        if let Some(want) = opts["preconditions"]["resourceVersion"].as_str()
+            && want != rev.to_string()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                &format!(
+                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
+                ),
+            ));
+        }
+        let policy = opts["propagationPolicy"]
+            .as_str()
+            .or(q.get("propagationPolicy"))
+            .map(str::to_string)
+            .unwrap_or_else(|| "Background".into());
+        if !["Background", "Foreground", "Orphan"].contains(&policy.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "unsupported propagationPolicy {policy:?}"
+            )));
+        }
+        if q.dry_run()
+            || opts["dryRun"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x == "All"))
+        {
+            return Ok(obj);
+        }
+        if res.group.is_empty() && res.plural == "namespaces" {
+            return self.delete_namespace(&name, obj, rev).await;
+        }
+        let has_finalizers = obj["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if policy == "Foreground" {
+            // Dependents first (synchronously), then the owner.
+            self.collect_dependents(&obj, "Foreground").await?;
+        }
+        if policy == "Orphan" {
+            self.orphan_dependents(&obj).await?;
+        }
+        if has_finalizers {
+            if obj["metadata"]["deletionTimestamp"].is_null() {
+                obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
+                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                let key = res.key(t.namespace.as_deref(), &name);
+                let ev = self
+                    .store
+                    .write(Write::Update {
+                        key,
+                        value: encode(&obj),
+                        expected: Some(rev),
+                    })
+                    .await
+                    .map_err(store_err_for(res, &name))?;
+                return decode(&ev.kv);
+            }
+            return Ok(obj);
+        }
+        let key = res.key(t.namespace.as_deref(), &name);
+        let gone = self.remove(res, key, rev, &name).await?;
+        if policy == "Background" {
+            self.collect_dependents(&gone, "Background").await?;
+        }
+        Ok(gone)
+    }
+
+    /// Objects (in the owner's namespace, or anywhere for cluster-scoped owners) whose
+    /// ownerReferences name `owner`'s uid.
+    pub(crate) async fn dependents(
+        &self,
+        owner: &Value,
+    ) -> Result<Vec<(&'static Resource, Value)>, ApiError> {
+        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let ns = owner["metadata"]["namespace"].as_str().map(str::to_string);
+        let mut out = Vec::new();
+        for res in RESOURCES.iter().filter(|r| r.namespaced || ns.is_none()) {
+            let prefix = match (&ns, res.namespaced) {
+                (Some(n), true) => res.namespace_prefix(n),
+                _ => res.key_prefix(),
+            };
+            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
+            for kv in &page.items {
+                let obj = decode(kv)?;
+                let owned = obj["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid.as_str())));
+                if owned {
+                    out.push((res, obj));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Garbage-collects `owner`'s dependents with `policy` (Background or Foreground cascade).
+    pub(crate) async fn collect_dependents(&self, owner: &Value, policy: &str) -> Result<(), ApiError> {
+        for (res, dep) in self.dependents(owner).await? {
+            let t = Target {
+                res,
+                namespace: dep["metadata"]["namespace"].as_str().map(str::to_string),
+                name: Some(name_of(&dep).to_string()),
+                sub: None,
+            };
+            match Box::pin(self.delete(&t, &json!({ "propagationPolicy": policy }), &Query::default())).await
+            {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn orphan_dependents(&self, owner: &Value) -> Result<(), ApiError> {
+        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        for (res, mut dep) in self.dependents(owner).await? {
+            let rev: i64 = dep["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            if let Some(refs) = dep["metadata"]["ownerReferences"].as_array_mut() {
+                refs.retain(|r| r["uid"].as_str() != Some(uid.as_str()));
+            }
+            let key = res.key(dep["metadata"]["namespace"].as_str(), name_of(&dep));
+            match self
+                .store
+                .write(Write::Update {
+                    key,
+                    value: encode(&dep),
+                    expected: Some(rev),
+                })
+                .await
+            {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(store_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Namespace deletion: Terminating, then every namespaced object in it, then the namespace.
+    pub(crate) async fn delete_namespace(
+        &self,
+        name: &str,
+        mut ns: Value,
+        rev: i64,
+    ) -> Result<Value, ApiError> {
+        let res =
+            registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
+        ns["status"]["phase"] = json!("Terminating");
+        if ns["metadata"]["deletionTimestamp"].is_null() {
+            ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
+        }
+        let ev = self
+            .store
+            .write(Write::Update {
+                key: res.key(None, name),
+                value: encode(&ns),
+                expected: Some(rev),
+            })
+            .await
+            .map_err(store_err_for(res, name))?;
+        let terminating = decode(&ev.kv)?;
+        for r in RESOURCES.iter().filter(|r| r.namespaced) {
+            let page = self
+                .store
+                .list(&r.namespace_prefix(name), None, 0)
+                .await
+                .map_err(store_err)?;
+            for kv in page.items {
+                match self
+                    .store
+                    .write(Write::Delete {
+                        key: kv.key.clone(),
+                        expected: None,
+                    })
+                    .await
+                {
+                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(store_err(e)),
+                }
+            }
+        }
+        match self
+            .store
+            .write(Write::Delete {
+                key: res.key(None, name),
+                expected: None,
+            })
+            .await
+        {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(store_err(e)),
+        }
+        Ok(terminating)
+    }
+
+    /// DELETE of a collection (with selectors).
+    pub(crate) async fn delete_collection(
+        &self,
+        t: &Target,
+        opts: &Value,
+        q: &Query,
+    ) -> Result<Value, ApiError> {
+        let list = self.list(t, q, Want::Object).await?;
+        for item in list["items"].as_array().into_iter().flatten() {
+            let it = Target {
+                res: t.res,
+                namespace: item["metadata"]["namespace"].as_str().map(str::to_string),
+                name: Some(name_of(item).to_string()),
+                sub: None,
+            };
+            match self.delete(&it, opts, q).await {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(list)
+    }
+
+    /// POST pods/<name>/eviction: deletes the pod (disruption budgets are not checked yet).
+    pub(crate) async fn evict(&self, t: &Target) -> Result<Value, ApiError> {
+        self.delete(t, &Value::Null, &Query::default()).await?;
+        Ok(status::success(201))
+    }
+}
