@@ -347,3 +347,68 @@ pub fn qos_class(spec: &Value) -> &'static str {
         "Burstable"
     }
 }
+
+/// Fields the server reads and defaults must have the right JSON shape before anything indexes
+/// into them: objects, arrays, arrays of objects. A wrong shape is a 400/422, never a panic.
+pub(crate) fn check_shape(res: &Resource, obj: &Value) -> Result<(), ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the object must be a JSON object"));
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let present = |p: &str| obj.pointer(p).filter(|v| !v.is_null());
+    let field = |p: &str| p.trim_start_matches('/').replace('/', ".");
+    for p in [
+        "/metadata",
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/spec",
+        "/status",
+        "/data",
+        "/stringData",
+        "/binaryData",
+        "/spec/selector",
+        "/spec/template",
+        "/spec/template/metadata",
+        "/spec/template/spec",
+    ] {
+        if present(p).is_some_and(|v| !v.is_object()) {
+            return Err(ApiError::invalid(
+                res,
+                &name,
+                &field(p),
+                "Invalid value: must be an object",
+            ));
+        }
+    }
+    for p in [
+        "/spec/containers",
+        "/spec/initContainers",
+        "/spec/ports",
+        "/metadata/ownerReferences",
+        "/spec/template/spec/containers",
+        "/spec/template/spec/initContainers",
+    ] {
+        if let Some(v) = present(p) {
+            let ok = v.as_array().is_some_and(|a| a.iter().all(Value::is_object));
+            if !ok {
+                return Err(ApiError::invalid(
+                    res,
+                    &name,
+                    &field(p),
+                    "Invalid value: must be a list of objects",
+                ));
+            }
+        }
+    }
+    if present("/metadata/finalizers")
+        .is_some_and(|v| !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)))
+    {
+        return Err(ApiError::invalid(
+            res,
+            &name,
+            "metadata.finalizers",
+            "Invalid value: must be a list of strings",
+        ));
+    }
+    Ok(())
+}

@@ -8,7 +8,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::admission::{check_type, selector_requirements};
+use super::admission::{check_shape, check_type, selector_requirements};
 use super::object::{self, labels_match, parse_field_selector, parse_label_selector};
 use super::registry::{self, Resource};
 use super::status::{self, ApiError};
@@ -246,9 +246,7 @@ impl Api {
         caller: Option<&super::Caller>,
     ) -> Result<(u16, Value), ApiError> {
         let res = t.res;
-        if !obj.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
-        }
+        check_shape(res, &obj)?;
         check_type(res, &obj)?;
         obj["apiVersion"] = json!(res.api_version());
         obj["kind"] = json!(res.kind);
@@ -373,6 +371,7 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
+        check_shape(res, &new)?;
         check_type(res, &new)?;
         new["apiVersion"] = json!(res.api_version());
         new["kind"] = json!(res.kind);
@@ -534,6 +533,7 @@ impl Api {
             {
                 return Err(ApiError::conflict(t.res, &name));
             }
+            check_shape(t.res, &new)?;
             new["metadata"]["resourceVersion"] = json!(rev.to_string());
             match self.replace(t, &old, new, rev, q).await {
                 Err(e)
