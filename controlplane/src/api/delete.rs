@@ -71,10 +71,16 @@ impl Api {
         if policy == "Orphan" {
             self.orphan_dependents(&obj).await?;
         }
-        if has_finalizers {
+        // Graceful pod deletion (SEEDS-SPEC API-40): a pod on a node that has not terminated
+        // stays, with deletionTimestamp = now + grace, until its node finishes it (grace from the
+        // request, else spec.terminationGracePeriodSeconds, default 30). Unscheduled or finished
+        // pods, and grace 0, go at once.
+        let grace = pod_grace_seconds(res, &obj, opts);
+        if has_finalizers || grace > 0 {
             if obj["metadata"]["deletionTimestamp"].is_null() {
-                obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
-                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                let at = SystemTime::now() + std::time::Duration::from_secs(grace as u64);
+                obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(at));
+                obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 let key = res.key(t.namespace.as_deref(), &name);
                 let ev = self
                     .store
@@ -87,6 +93,8 @@ impl Api {
                     .map_err(store_err_for(res, &name))?;
                 return decode(&ev.kv);
             }
+            // Already terminating: finalizers or the node will finish it (a delete with grace 0,
+            // as `kubectl delete --force` sends, does not reach here and removes it now).
             return Ok(obj);
         }
         let key = res.key(t.namespace.as_deref(), &name);
@@ -257,4 +265,23 @@ impl Api {
         self.delete(t, &Value::Null, &Query::default()).await?;
         Ok(status::success(201))
     }
+}
+
+/// The grace period a pod deletion gets: 0 (immediate) unless the pod is bound to a node and
+/// still running; otherwise the request's gracePeriodSeconds, else the pod's
+/// terminationGracePeriodSeconds (default 30).
+fn pod_grace_seconds(res: &Resource, pod: &Value, opts: &Value) -> i64 {
+    if !(res.group.is_empty() && res.plural == "pods") {
+        return 0;
+    }
+    let bound = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let finished = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    if !bound || finished {
+        return 0;
+    }
+    opts["gracePeriodSeconds"]
+        .as_i64()
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(30)
+        .max(0)
 }

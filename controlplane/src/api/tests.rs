@@ -642,3 +642,47 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
         }
     }
 }
+
+#[tokio::test]
+async fn pods_on_nodes_are_deleted_gracefully() {
+    let f = fixture().await;
+    // Unscheduled: immediate.
+    f.post(PODS, pod("loose")).await;
+    f.call(Method::DELETE, &format!("{PODS}/loose"), "application/json", "")
+        .await;
+    assert_eq!(f.get(&format!("{PODS}/loose")).await.0, 404);
+    // Bound and running: stays with deletionTimestamp and the pod's grace period.
+    let mut p = pod("bound");
+    p["spec"]["nodeName"] = json!("n1");
+    p["spec"]["terminationGracePeriodSeconds"] = json!(45);
+    f.post(PODS, p).await;
+    let (code, d) = f
+        .call(Method::DELETE, &format!("{PODS}/bound"), "application/json", "")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 45);
+    assert!(d["metadata"]["deletionTimestamp"].is_string());
+    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    let (_, t) = f
+        .call_as(
+            Some(&admin()),
+            Method::GET,
+            &format!("{PODS}/bound"),
+            "",
+            "",
+            accept,
+        )
+        .await;
+    assert_eq!(t["rows"][0]["cells"][2], "Terminating");
+    // The node (or --force) finishes it with grace 0.
+    let (code, _) = f
+        .call(
+            Method::DELETE,
+            &format!("{PODS}/bound"),
+            "application/json",
+            r#"{"gracePeriodSeconds":0}"#,
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(f.get(&format!("{PODS}/bound")).await.0, 404);
+}
