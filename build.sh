@@ -198,6 +198,10 @@ cmd_test() {
   if [ "$suite" = unit ] || [ "$suite" = all ]; then
     step "test: unit and host integration tests (incl. the API server with the real kubectl)" \
       cargo test --locked --workspace || die "unit tests failed"
+    NODEOS_TEST_STORE=etcd step "test: the API handler suite again, on a real etcd" \
+      cargo test --locked -p controlplane --lib api::tests || die "API tests on etcd failed"
+    NODEOS_TEST_STORE=etcd step "test: the kubectl suite again, on a real etcd" \
+      cargo test --locked -p controlplane --test kubectl || die "kubectl tests on etcd failed"
   fi
   if [ "$suite" = api ] || [ "$suite" = all ]; then
     NODEOS_PYTHON="$PY_VENV/bin/python" step "test: API server with the official Python client" \

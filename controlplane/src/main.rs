@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
     };
     if args.first().map(String::as_str) != Some("serve") {
         bail!(
-            "usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)] [--san NAME_OR_IP]..."
+            "usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)] [--san NAME_OR_IP]... [--etcd http://HOST:PORT]"
         );
     }
     let data_dir = PathBuf::from(value("--data-dir").context("--data-dir is required")?);
@@ -54,9 +54,15 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let store =
-            EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?;
-        let api = Api::new(Arc::new(store), pki.ca_pem.clone()).with_signer(pki.clone());
+        // --etcd http://HOST:PORT: several API servers share one etcd; otherwise the embedded store.
+        let store: Arc<dyn controlplane::storage::Store> = match value("--etcd") {
+            Some(url) => Arc::new(controlplane::storage::etcd::EtcdStore::new(&url).context("--etcd")?),
+            None => Arc::new(
+                EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store")))
+                    .context("opening the store")?,
+            ),
+        };
+        let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
         api.bootstrap()
             .await
             .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;

@@ -60,3 +60,55 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A real etcd (Debian's `etcd`) on free loopback ports with its own data directory, for tests
+/// and benchmarks. Killed on drop.
+#[derive(Debug)]
+pub struct EtcdProcess {
+    child: Child,
+    /// `http://127.0.0.1:<client port>`.
+    pub endpoint: String,
+}
+
+impl EtcdProcess {
+    /// Starts etcd and waits (up to 30 s) until it accepts connections.
+    pub fn spawn(data_dir: &Path) -> std::io::Result<Self> {
+        let free = || -> std::io::Result<u16> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+        };
+        let (client, peer) = (free()?, free()?);
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{client}")])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{client}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let me = Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{client}"),
+        };
+        let t0 = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            if t0.elapsed() > std::time::Duration::from_secs(30) {
+                return Err(std::io::Error::other("etcd did not start listening within 30 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(me)
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,27 +6,39 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use controlplane::process::ServerProcess;
+use controlplane::process::{EtcdProcess, ServerProcess};
 
 struct Server {
     process: Option<ServerProcess>,
+    /// With `NODEOS_TEST_STORE=etcd` the suite runs on a real etcd instead of the embedded store.
+    etcd: Option<EtcdProcess>,
     dir: Option<tempfile::TempDir>,
     cache: PathBuf,
 }
 
-fn start_in(dir: tempfile::TempDir) -> Server {
+fn start_in(dir: tempfile::TempDir, etcd: Option<EtcdProcess>) -> Server {
+    let etcd = etcd.or_else(|| {
+        (std::env::var("NODEOS_TEST_STORE").as_deref() == Ok("etcd")).then(|| {
+            EtcdProcess::spawn(&dir.path().join("etcd")).expect("start etcd (apt-get install etcd-server)")
+        })
+    });
     let bin = Path::new(env!("CARGO_BIN_EXE_controlplane"));
-    let process = ServerProcess::spawn(bin, dir.path(), &[]).expect("start controlplane");
+    let extra: Vec<&str> = etcd
+        .as_ref()
+        .map(|e| vec!["--etcd", e.endpoint.as_str()])
+        .unwrap_or_default();
+    let process = ServerProcess::spawn(bin, dir.path(), &extra).expect("start controlplane");
     let cache = dir.path().join("kube-cache");
     Server {
         process: Some(process),
+        etcd,
         dir: Some(dir),
         cache,
     }
 }
 
 fn start() -> Server {
-    start_in(tempfile::tempdir().expect("tempdir"))
+    start_in(tempfile::tempdir().expect("tempdir"), None)
 }
 
 impl Server {
@@ -38,10 +50,10 @@ impl Server {
         self.path().join("admin.kubeconfig")
     }
 
-    /// Kills the server (SIGKILL) and hands back its data directory.
-    fn kill(mut self) -> tempfile::TempDir {
+    /// Kills the server (SIGKILL) and hands back its data directory (and its etcd, still running).
+    fn kill(mut self) -> (tempfile::TempDir, Option<EtcdProcess>) {
         self.process.take();
-        self.dir.take().expect("data dir")
+        (self.dir.take().expect("data dir"), self.etcd.take())
     }
 
     /// Runs kubectl; returns (success, stdout, stderr).
@@ -393,7 +405,8 @@ fn state_survives_restart() {
     let s = start();
     s.apply(&["create", "-f", "-"], POD);
     let uid = s.ok(&["get", "pod", "solo", "-o", "jsonpath={.metadata.uid}"]);
-    let s = start_in(s.kill());
+    let (dir, etcd) = s.kill();
+    let s = start_in(dir, etcd);
     assert_eq!(
         s.ok(&["get", "pod", "solo", "-o", "jsonpath={.metadata.uid}"]),
         uid
@@ -469,4 +482,90 @@ fn python_client_list_create_patch_watch() {
         out.status.success() && text.contains("python-client: ok"),
         "{text}"
     );
+}
+
+/// Two API servers (sharing the cluster PKI) on one real etcd serve one cluster: writes through
+/// one are read, watched and version-checked through the other.
+#[test]
+fn two_api_servers_on_one_etcd() {
+    let dir_a = tempfile::tempdir().expect("tempdir");
+    let etcd =
+        EtcdProcess::spawn(&dir_a.path().join("etcd")).expect("start etcd (apt-get install etcd-server)");
+    let endpoint = etcd.endpoint.clone();
+    let a = start_in(dir_a, Some(etcd));
+    let dir_b = tempfile::tempdir().expect("tempdir");
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(a.path().join("pki"))
+        .arg(dir_b.path())
+        .status()
+        .expect("cp");
+    assert!(copy.success());
+    let bin = Path::new(env!("CARGO_BIN_EXE_controlplane"));
+    let process =
+        ServerProcess::spawn(bin, dir_b.path(), &["--etcd", &endpoint]).expect("second controlplane");
+    let cache = dir_b.path().join("kube-cache");
+    let b = Server {
+        process: Some(process),
+        etcd: None,
+        dir: Some(dir_b),
+        cache,
+    };
+
+    a.apply(&["create", "-f", "-"], POD);
+    assert_eq!(
+        b.ok(&["get", "pod", "solo", "-o", "jsonpath={.spec.containers[0].image}"]),
+        "busybox:1.36"
+    );
+    b.ok(&["label", "pod", "solo", "via=b"]);
+    let rv_a = a.ok(&[
+        "get",
+        "pod",
+        "solo",
+        "-o",
+        "jsonpath={.metadata.resourceVersion} {.metadata.labels.via}",
+    ]);
+    let rv_b = b.ok(&[
+        "get",
+        "pod",
+        "solo",
+        "-o",
+        "jsonpath={.metadata.resourceVersion} {.metadata.labels.via}",
+    ]);
+    assert_eq!(rv_a, rv_b);
+    assert!(rv_a.ends_with(" b"), "{rv_a}");
+    // A stale resourceVersion is refused by either server.
+    let rv = rv_a.split_whitespace().next().unwrap_or_default().to_string();
+    a.ok(&["annotate", "pod", "solo", "bump=1"]);
+    let stale = POD.replace("name: solo", &format!("name: solo\n  resourceVersion: \"{rv}\""));
+    let (ok, _, err) = b.kubectl_stdin(&["replace", "-f", "-"], Some(&stale));
+    assert!(!ok && err.contains("the object has been modified"), "{err}");
+    // A watch on B sees a create on A.
+    let mut watcher = Command::new("kubectl")
+        .env("KUBECONFIG", b.kubeconfig())
+        .arg("--cache-dir")
+        .arg(&b.cache)
+        .args(["get", "pods", "-w", "-o", "name", "--request-timeout=20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch");
+    std::thread::sleep(Duration::from_millis(1500));
+    a.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: from-a"));
+    let stdout = watcher.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lines: Vec<String> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take(2)
+            .collect();
+        let _ = tx.send(lines);
+    });
+    let lines = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("watch output in time");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert_eq!(lines, vec!["pod/solo", "pod/from-a"]);
 }

@@ -12,6 +12,7 @@ use crate::storage::embedded::open_default;
 
 struct Fixture {
     api: Api,
+    _etcd: Option<crate::process::EtcdProcess>,
     _dir: tempfile::TempDir,
 }
 
@@ -24,10 +25,24 @@ fn admin() -> Caller {
 
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open_default(dir.path()).expect("store");
-    let api = Api::new(Arc::new(store), "CA-PEM".into());
+    // NODEOS_TEST_STORE=etcd runs this whole suite on a real etcd instead of the embedded store.
+    let (store, etcd): (Arc<dyn crate::storage::Store>, _) =
+        if std::env::var("NODEOS_TEST_STORE").as_deref() == Ok("etcd") {
+            let etcd = crate::process::EtcdProcess::spawn(&dir.path().join("etcd")).expect("start etcd");
+            (
+                Arc::new(crate::storage::etcd::EtcdStore::new(&etcd.endpoint).expect("etcd store")),
+                Some(etcd),
+            )
+        } else {
+            (Arc::new(open_default(dir.path()).expect("store")), None)
+        };
+    let api = Api::new(store, "CA-PEM".into());
     api.bootstrap().await.expect("bootstrap");
-    Fixture { api, _dir: dir }
+    Fixture {
+        api,
+        _etcd: etcd,
+        _dir: dir,
+    }
 }
 
 impl Fixture {

@@ -9,7 +9,6 @@
 //! Absolute numbers on shared machines are noise; the ratios are the figures.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,7 +22,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObjec
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
-use controlplane::process::ServerProcess;
+use controlplane::process::{EtcdProcess, ServerProcess};
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
 use controlplane::storage::{Store, Write};
 
@@ -200,42 +199,11 @@ async fn store_floor(dir: &Path, total: usize) -> Result<Value> {
     Ok(summary(all.len(), t0.elapsed(), &mut all))
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
-    let (client, peer) = (free_port()?, free_port()?);
-    let child = Command::new("etcd")
-        .args(["--data-dir"])
-        .arg(dir)
-        .args([
-            "--listen-client-urls",
-            &format!("http://127.0.0.1:{client}"),
-            "--advertise-client-urls",
-            &format!("http://127.0.0.1:{client}"),
-            "--listen-peer-urls",
-            &format!("http://127.0.0.1:{peer}"),
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{peer}"),
-            "--initial-cluster",
-            &format!("default=http://127.0.0.1:{peer}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let etcd = EtcdProcess::spawn(dir)
         .context("starting etcd (apt-get install etcd-server; ./build.sh setup does)")?;
-    let _etcd = Proc(child);
     let target = Target {
-        addr: format!("127.0.0.1:{client}"),
+        addr: etcd.endpoint.trim_start_matches("http://").to_string(),
         tls: None,
     };
     let t0 = Instant::now();

@@ -3,6 +3,7 @@
 //! compaction (a watch from before the compacted revision fails with [`StoreError::Compacted`]).
 
 pub mod embedded;
+pub mod etcd;
 mod wal;
 
 use std::future::Future;
