@@ -56,6 +56,38 @@ impl Server {
         (self.dir.take().expect("data dir"), self.etcd.take())
     }
 
+    /// Starts `kubectl get pods -w -o name`, runs `trigger` once the watch is up, and returns the
+    /// first `n` names the watch printed (within 20 s).
+    fn watch_pod_names(&self, n: usize, trigger: impl FnOnce()) -> Vec<String> {
+        let mut watcher = Command::new("kubectl")
+            .env("KUBECONFIG", self.kubeconfig())
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(["get", "pods", "-w", "-o", "name", "--request-timeout=20s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("watch");
+        std::thread::sleep(Duration::from_millis(1500));
+        trigger();
+        let stdout = watcher.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let lines: Vec<String> = BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .take(n)
+                .collect();
+            let _ = tx.send(lines);
+        });
+        let lines = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("watch output in time");
+        let _ = watcher.kill();
+        let _ = watcher.wait();
+        lines
+    }
+
     /// Runs kubectl; returns (success, stdout, stderr).
     fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
         self.kubectl_stdin(args, None)
@@ -343,35 +375,9 @@ fn delete_cascade_modes() {
 fn watch_and_wait() {
     let s = start();
     s.apply(&["create", "-f", "-"], POD);
-    let mut watcher = Command::new("kubectl")
-        .env("KUBECONFIG", s.kubeconfig())
-        .arg("--cache-dir")
-        .arg(&s.cache)
-        .args(["get", "pods", "-w", "-o", "name", "--request-timeout=20s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("watch");
-    std::thread::sleep(Duration::from_millis(1500));
-    s.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: second"));
-    let stdout = watcher.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .take(2)
-            .collect::<Vec<_>>()
+    let lines = s.watch_pod_names(2, || {
+        s.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: second"));
     });
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(reader.join());
-    });
-    let lines = done_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("watch output in time")
-        .expect("reader");
-    let _ = watcher.kill();
-    let _ = watcher.wait();
     assert_eq!(lines, vec!["pod/solo", "pod/second"]);
     // wait: a condition that is already true, and deletion.
     s.ok(&[
@@ -541,31 +547,8 @@ fn two_api_servers_on_one_etcd() {
     let (ok, _, err) = b.kubectl_stdin(&["replace", "-f", "-"], Some(&stale));
     assert!(!ok && err.contains("the object has been modified"), "{err}");
     // A watch on B sees a create on A.
-    let mut watcher = Command::new("kubectl")
-        .env("KUBECONFIG", b.kubeconfig())
-        .arg("--cache-dir")
-        .arg(&b.cache)
-        .args(["get", "pods", "-w", "-o", "name", "--request-timeout=20s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("watch");
-    std::thread::sleep(Duration::from_millis(1500));
-    a.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: from-a"));
-    let stdout = watcher.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let lines: Vec<String> = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .take(2)
-            .collect();
-        let _ = tx.send(lines);
+    let lines = b.watch_pod_names(2, || {
+        a.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: from-a"));
     });
-    let lines = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("watch output in time");
-    let _ = watcher.kill();
-    let _ = watcher.wait();
     assert_eq!(lines, vec!["pod/solo", "pod/from-a"]);
 }

@@ -3,7 +3,6 @@
 //! modinfo (no depmod, no modules.dep).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection};
@@ -165,7 +164,10 @@ impl KernelPackage {
 
     /// The module's ELF bytes (decompressed when the file is `.ko.xz`).
     pub fn module_elf(&self, path: &Path) -> Result<Vec<u8>> {
-        let raw = read(path)?;
+        let raw = std::fs::read(path).map_err(|source| KernelError::Io {
+            path: path.into(),
+            source,
+        })?;
         if path.extension().is_some_and(|e| e == "xz") {
             let mut out = Vec::new();
             lzma_rs::xz_decompress(&mut raw.as_slice(), &mut out).map_err(|e| KernelError::BadModule {
@@ -252,20 +254,6 @@ pub fn modinfo_depends(elf: &[u8]) -> std::result::Result<Vec<String>, String> {
         }
     }
     Ok(deps)
-}
-
-/// Reads a whole file (small helper with a typed error).
-pub fn read(path: &Path) -> Result<Vec<u8>> {
-    let mut f = std::fs::File::open(path).map_err(|source| KernelError::Io {
-        path: path.into(),
-        source,
-    })?;
-    let mut v = Vec::new();
-    f.read_to_end(&mut v).map_err(|source| KernelError::Io {
-        path: path.into(),
-        source,
-    })?;
-    Ok(v)
 }
 
 /// Compresses a module the way the kernel's in-kernel decompressor accepts it (xz, CRC32 check,

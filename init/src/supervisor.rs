@@ -53,8 +53,15 @@ pub struct ServiceSpec {
 
 #[derive(Debug)]
 enum ServiceState {
-    Running { pid: Pid, since: Instant },
-    Waiting { until: Instant },
+    Running {
+        pid: Pid,
+        since: Instant,
+    },
+    Waiting {
+        until: Instant,
+    },
+    /// Stopped for shutdown; never restarted.
+    Stopped,
 }
 
 #[derive(Debug)]
@@ -106,6 +113,8 @@ pub struct Supervisor {
     services: Vec<Service>,
     signals: SignalFd,
     inputs: Vec<File>,
+    /// Set by [`Supervisor::stop_all`]: exits are final, nothing restarts.
+    stopping: bool,
 }
 
 /// Errors that stop supervision from starting at all.
@@ -149,6 +158,7 @@ impl Supervisor {
             .map_err(SupervisorError::SignalFd)?;
         Ok(Self {
             services: Vec::new(),
+            stopping: false,
             signals,
             inputs: open_power_buttons(),
         })
@@ -194,7 +204,7 @@ impl Supervisor {
                 .iter()
                 .filter_map(|s| match s.state {
                     ServiceState::Waiting { until } => Some(until.saturating_duration_since(now)),
-                    ServiceState::Running { .. } => None,
+                    ServiceState::Running { .. } | ServiceState::Stopped => None,
                 })
                 .min();
             let timeout = match next_wake {
@@ -283,9 +293,14 @@ impl Supervisor {
             tracing::debug!(pid = pid.as_raw(), status = %describe(status), "reaped orphan");
             return;
         };
+        if self.stopping {
+            tracing::info!(service = %svc.spec.name, status = %describe(status), "service stopped");
+            svc.state = ServiceState::Stopped;
+            return;
+        }
         let ran = match svc.state {
             ServiceState::Running { since, .. } => since.elapsed(),
-            ServiceState::Waiting { .. } => Duration::ZERO,
+            ServiceState::Waiting { .. } | ServiceState::Stopped => Duration::ZERO,
         };
         let delay = svc.backoff.on_exit(ran);
         svc.restarts += 1;
@@ -298,6 +313,7 @@ impl Supervisor {
 
     /// Orderly stop: SIGTERM to every service, wait up to `grace`, then SIGKILL everything left.
     pub fn stop_all(&mut self, grace: Duration) {
+        self.stopping = true;
         for svc in &self.services {
             if let ServiceState::Running { pid, .. } = svc.state {
                 let _ = kill(pid, Signal::SIGTERM);
@@ -312,7 +328,7 @@ impl Supervisor {
                 PollTimeout::try_from(left.as_millis().min(1000) as i32).unwrap_or(PollTimeout::MAX),
             );
             while let Ok(Some(_)) = self.signals.read_signal() {}
-            self.reap_stopping();
+            self.reap();
         }
         let left: Vec<&str> = self
             .services
@@ -339,25 +355,6 @@ impl Supervisor {
         self.services
             .iter()
             .any(|s| matches!(s.state, ServiceState::Running { .. }))
-    }
-
-    fn reap_stopping(&mut self) {
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { continue };
-                    for svc in &mut self.services {
-                        if matches!(svc.state, ServiceState::Running { pid: p, .. } if p == pid) {
-                            tracing::info!(service = %svc.spec.name, status = %describe(status), "service stopped");
-                            svc.state = ServiceState::Waiting {
-                                until: Instant::now() + BACKOFF_MAX,
-                            };
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 

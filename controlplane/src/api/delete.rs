@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::object;
 use super::registry::{self, RESOURCES, Resource};
 use super::status::{self, ApiError};
-use super::verbs::{decode, encode, name_of, store_err, store_err_for};
+use super::verbs::{decode, encode, name_of, store_err};
 use super::{Api, Query, Target, Want};
 use crate::storage::{StoreError, Write};
 
@@ -82,16 +82,7 @@ impl Api {
                 obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(at));
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 let key = res.key(t.namespace.as_deref(), &name);
-                let ev = self
-                    .store
-                    .write(Write::Update {
-                        key,
-                        value: encode(&obj),
-                        expected: Some(rev),
-                    })
-                    .await
-                    .map_err(store_err_for(res, &name))?;
-                return decode(&ev.kv);
+                return self.put_at(res, key, &obj, rev, &name).await;
             }
             // Already terminating: finalizers or the node will finish it (a delete with grace 0,
             // as `kubectl delete --force` sends, does not reach here and removes it now).
@@ -192,16 +183,7 @@ impl Api {
         if ns["metadata"]["deletionTimestamp"].is_null() {
             ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
         }
-        let ev = self
-            .store
-            .write(Write::Update {
-                key: res.key(None, name),
-                value: encode(&ns),
-                expected: Some(rev),
-            })
-            .await
-            .map_err(store_err_for(res, name))?;
-        let terminating = decode(&ev.kv)?;
+        let terminating = self.put_at(res, res.key(None, name), &ns, rev, name).await?;
         for r in RESOURCES.iter().filter(|r| r.namespaced) {
             let page = self
                 .store

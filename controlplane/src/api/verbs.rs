@@ -25,10 +25,7 @@ pub(crate) fn store_err(e: StoreError) -> ApiError {
     }
 }
 
-pub(crate) fn store_err_for<'a>(
-    res: &'a Resource,
-    name: &'a str,
-) -> impl FnOnce(StoreError) -> ApiError + 'a {
+fn store_err_for<'a>(res: &'a Resource, name: &'a str) -> impl FnOnce(StoreError) -> ApiError + 'a {
     move |e| match e {
         StoreError::NotFound { .. } => ApiError::not_found(res, name),
         StoreError::AlreadyExists { .. } => ApiError::already_exists(res, name),
@@ -144,7 +141,7 @@ pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-pub(crate) fn unb64(s: &str) -> Option<String> {
+fn unb64(s: &str) -> Option<String> {
     base64::engine::general_purpose::STANDARD
         .decode(s)
         .ok()
@@ -441,15 +438,27 @@ impl Api {
             self.collect_dependents(&gone, "Background").await?;
             return Ok(gone);
         }
+        self.put_at(res, key, &new, rev, &name).await
+    }
+
+    /// Writes `obj` at `key` if the key is still at `rev`; returns the object as stored.
+    pub(crate) async fn put_at(
+        &self,
+        res: &Resource,
+        key: String,
+        obj: &Value,
+        rev: i64,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let ev = self
             .store
             .write(Write::Update {
                 key,
-                value: encode(&new),
+                value: encode(obj),
                 expected: Some(rev),
             })
             .await
-            .map_err(store_err_for(res, &name))?;
+            .map_err(store_err_for(res, name))?;
         decode(&ev.kv)
     }
 
@@ -576,14 +585,7 @@ impl Api {
         }
         pod["spec"]["nodeName"] = json!(node);
         let key = t.res.key(t.namespace.as_deref(), &name);
-        self.store
-            .write(Write::Update {
-                key,
-                value: encode(&pod),
-                expected: Some(rev),
-            })
-            .await
-            .map_err(store_err_for(t.res, &name))?;
+        self.put_at(t.res, key, &pod, rev, &name).await?;
         Ok(status::success(201))
     }
 

@@ -562,6 +562,13 @@ pub fn open_default(dir: &Path) -> Result<EmbeddedStore> {
 mod tests {
     use super::*;
 
+    fn tmp() -> Result<tempfile::TempDir> {
+        tempfile::tempdir().map_err(|e| StoreError::Io {
+            path: "tmp".into(),
+            source: e,
+        })
+    }
+
     fn put(key: &str, v: &str) -> Write {
         Write::Create {
             key: key.into(),
@@ -571,10 +578,7 @@ mod tests {
 
     #[tokio::test]
     async fn create_get_update_delete_with_cas() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         let s = open_default(dir.path())?;
         let e1 = s.write(put("/pods/a", "1")).await?;
         assert_eq!(e1.kv.mod_revision, 1);
@@ -626,10 +630,7 @@ mod tests {
 
     #[tokio::test]
     async fn list_pages_by_prefix() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         let s = open_default(dir.path())?;
         for k in ["/a/1", "/a/2", "/a/3", "/b/1"] {
             s.write(put(k, "v")).await?;
@@ -649,10 +650,7 @@ mod tests {
 
     #[tokio::test]
     async fn recovers_after_reopen_and_compaction() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         let mut cfg = EmbeddedConfig::new(dir.path());
         cfg.compact_log_bytes = 2_000;
         {
@@ -688,10 +686,7 @@ mod tests {
 
     #[tokio::test]
     async fn torn_log_tail_is_dropped() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         {
             let s = open_default(dir.path())?;
             s.write(put("/a", "1")).await?;
@@ -718,10 +713,7 @@ mod tests {
 
     #[tokio::test]
     async fn watch_replays_history_then_follows() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         let s = open_default(dir.path())?;
         s.write(put("/pods/a", "1")).await?;
         s.write(put("/svc/x", "1")).await?;
@@ -744,10 +736,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_writers_get_distinct_revisions() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| StoreError::Io {
-            path: "tmp".into(),
-            source: e,
-        })?;
+        let dir = tmp()?;
         let s = Arc::new(open_default(dir.path())?);
         let mut tasks = Vec::new();
         for t in 0..8 {
