@@ -10,7 +10,8 @@ cd "$ROOT"
 KERNEL_VERSION="${KERNEL_VERSION:-$(cat "$ROOT/image/kernel.version")}"
 ARCHES_ALL="x86_64 aarch64"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-CACHE_DIR="${NODEOS_CACHE:-$CARGO_TARGET_DIR/cache}"
+export NODEOS_CACHE="${NODEOS_CACHE:-$CARGO_TARGET_DIR/cache}"
+CACHE_DIR="$NODEOS_CACHE"
 OUT_DIR="${NODEOS_OUT:-$ROOT/out}"
 export CC_aarch64_unknown_linux_musl="${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}"
 export RUSTUP_AUTO_INSTALL=0
@@ -41,6 +42,7 @@ setup_needed() {
   local a; for a in $ARCHES_ALL; do
     [ -f "$CACHE_DIR/kernel/$KERNEL_VERSION/$(deb_arch "$a")/ok" ] || return 0
     [ -f "$CACHE_DIR/stub/$(deb_arch "$a")/ok" ] || return 0
+    [ -f "$CACHE_DIR/busybox/$(deb_arch "$a")/ok" ] || return 0
   done
   return 1
 }
@@ -74,22 +76,16 @@ cmd_setup() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${APT_PKGS[@]}" || die "apt-get install failed"
   rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl || die "rustup target add failed"
   setup_python
-  local a; for a in $ARCHES_ALL; do fetch_kernel "$a"; fetch_stub "$a"; done
+  local a; for a in $ARCHES_ALL; do fetch_kernel "$a"; fetch_stub "$a"; fetch_busybox "$a"; done
 }
 
-# Fetch (apt-get download) and unpack the pinned Debian cloud kernel for one arch into the cache.
-fetch_kernel() {
-  local da; da=$(deb_arch "$1")
-  local dir="$CACHE_DIR/kernel/$KERNEL_VERSION/$da"
-  [ -f "$dir/ok" ] && return 0
-  say "kernel: fetching linux-image-$KERNEL_VERSION-cloud-$da"
+# apt-get download PKG into DIR/deb (DIR is recreated), check the .deb against the archive's
+# signed index (apt-cache show gives its SHA256) and unpack it into DIR/root.
+apt_fetch_verified() {
+  local pkg="$1" dir="$2"
   rm -rf "$dir"; mkdir -p "$dir/deb"
-  local pkg="linux-image-$KERNEL_VERSION-cloud-$da"
-  [ "$da" = arm64 ] && pkg="$pkg:arm64"
-  ( cd "$dir/deb" && apt-get download "$pkg" ) \
-    || die "apt-get download $pkg failed (is the version in image/kernel.version still in the archive? override with KERNEL_VERSION=...)"
+  ( cd "$dir/deb" && apt-get download "$pkg" ) || return 1
   local deb; deb=$(ls "$dir"/deb/*.deb)
-  # Check the download against the archive's signed index (apt-cache show gives its SHA256).
   local want got
   want=$(apt-cache show "$pkg" 2>/dev/null | awk -v v="$(dpkg-deb -f "$deb" Version)" '/^Version:/ {ok = ($2 == v)} ok && /^SHA256:/ {print $2; exit}')
   got=$(sha256sum "$deb" | awk '{print $1}')
@@ -97,7 +93,29 @@ fetch_kernel() {
   [ "$want" = "$got" ] || die "$deb: sha256 $got does not match the archive's $want"
   dpkg-deb -x "$deb" "$dir/root" || die "cannot unpack $deb"
   echo "$got" >"$dir/deb.sha256"
-  ls "$dir"/root/boot/vmlinuz-* >/dev/null 2>&1 || die "$deb has no /boot/vmlinuz-*"
+}
+
+# Fetch and unpack the pinned Debian cloud kernel for one arch into the cache.
+fetch_kernel() {
+  local da; da=$(deb_arch "$1")
+  local dir="$CACHE_DIR/kernel/$KERNEL_VERSION/$da"
+  [ -f "$dir/ok" ] && return 0
+  say "kernel: fetching linux-image-$KERNEL_VERSION-cloud-$da"
+  local pkg="linux-image-$KERNEL_VERSION-cloud-$da"
+  [ "$da" = arm64 ] && pkg="$pkg:arm64"
+  apt_fetch_verified "$pkg" "$dir" \
+    || die "apt-get download $pkg failed (is the version in image/kernel.version still in the archive? override with KERNEL_VERSION=...)"
+  ls "$dir"/root/boot/vmlinuz-* >/dev/null 2>&1 || die "$pkg has no /boot/vmlinuz-*"
+  touch "$dir/ok"
+}
+
+# Debian's static busybox for one arch: the test images are built from it (both arches).
+fetch_busybox() {
+  local da; da=$(deb_arch "$1")
+  local dir="$CACHE_DIR/busybox/$da"
+  [ -f "$dir/ok" ] && return 0
+  apt_fetch_verified "busybox-static:$da" "$dir" || die "apt-get download busybox-static:$da failed"
+  cp "$dir/root/bin/busybox" "$dir/busybox"
   touch "$dir/ok"
 }
 

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod registry;
 pub mod vm;
 
 pub use vm::{Arch, Boot, Nic, Vm, VmConfig, VmFactory};

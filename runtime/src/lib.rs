@@ -1,5 +1,7 @@
-//! Everything below the pod abstraction. Today: the pause process and a probe of the host's
-//! container capabilities; images, sandboxes and containers come with the runtime issue.
+//! Everything below the pod abstraction: images, sandboxes, containers, cgroups and pod network
+//! devices. Nothing here knows the Kubernetes API.
 
+pub mod image;
 pub mod pause;
 pub mod probe;
+mod sys;

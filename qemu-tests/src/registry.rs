@@ -1,0 +1,207 @@
+//! A real OCI distribution registry (Debian's `docker-registry`) on loopback, filled with the
+//! project's test images through `skopeo` from an OCI layout the project writes itself.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use runtime::image::layout::{self, Entry, LayoutWriter, RawEntry};
+use runtime::image::store::ImageConfig;
+
+/// A running registry (killed on drop).
+#[derive(Debug)]
+pub struct TestRegistry {
+    child: Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl TestRegistry {
+    /// Starts a registry on 127.0.0.1; `htpasswd` (a line `user:bcrypt-hash`) turns on basic auth.
+    pub fn start(htpasswd: Option<&str>) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let mut cfg = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.path().join("data").display()
+        );
+        if let Some(h) = htpasswd {
+            std::fs::write(dir.path().join("htpasswd"), format!("{h}\n"))?;
+            cfg.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: nodeos-test\n    path: {}\n",
+                dir.path().join("htpasswd").display()
+            ));
+        }
+        std::fs::write(dir.path().join("config.yml"), cfg)?;
+        let log = std::fs::File::create(dir.path().join("registry.log"))?;
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting docker-registry (./build.sh setup installs it)")?;
+        let reg = TestRegistry { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "registry did not listen: {}",
+                reg.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(reg)
+    }
+
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Where the registry keeps a blob (tests corrupt it to check verification).
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Copies `name` (all platforms) from an OCI layout into `repo:tag` here.
+    pub fn push(&self, layout_dir: &Path, name: &str, target: &str, creds: Option<&str>) -> Result<()> {
+        let mut cmd = Command::new("skopeo");
+        cmd.args([
+            "copy",
+            "--quiet",
+            "--all",
+            "--dest-tls-verify=false",
+            "--preserve-digests",
+        ]);
+        if let Some(c) = creds {
+            cmd.arg(format!("--dest-creds={c}"));
+        }
+        let out = cmd
+            .arg(format!("oci:{}:{name}", layout_dir.display()))
+            .arg(format!("docker://{}/{target}", self.host()))
+            .output()
+            .context("running skopeo (./build.sh setup installs it)")?;
+        if !out.status.success() {
+            bail!(
+                "skopeo copy {name} -> {target}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Debian's static busybox for an OCI architecture, fetched by `./build.sh setup` into
+/// `$NODEOS_CACHE/busybox/<arch>/busybox`.
+pub fn busybox_for(arch: &str) -> Result<PathBuf> {
+    let cache = std::env::var_os("NODEOS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::vm::target_dir().join("cache"));
+    let p = cache.join("busybox").join(arch).join("busybox");
+    ensure!(
+        p.exists(),
+        "{} missing (./build.sh setup fetches busybox-static for both arches)",
+        p.display()
+    );
+    Ok(p)
+}
+
+fn file(path: &str, data: &[u8]) -> Entry {
+    Entry::File {
+        path: path.into(),
+        mode: 0o644,
+        data: data.to_vec(),
+    }
+}
+
+/// Writes the test images into an OCI layout at `dir`:
+/// - `busybox:1`: an index over amd64 and arm64 (each the real static busybox of that arch),
+///   `Cmd ["sh"]`, `PATH` in `Env`;
+/// - `layered:1`: busybox plus a layer that deletes a file (whiteout) and one that replaces a
+///   directory (opaque), for the host arch;
+/// - `hostile/<case>:1`: busybox plus one hostile layer per case (host arch), see [`HOSTILE`].
+pub fn write_test_images(dir: &Path, arches: &[&str]) -> Result<()> {
+    let mut w = LayoutWriter::new(dir)?;
+    let config = ImageConfig {
+        env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        cmd: vec!["sh".into()],
+        ..ImageConfig::default()
+    };
+    let mut per_arch = Vec::new();
+    let mut base = std::collections::HashMap::new();
+    for arch in arches {
+        let bb = std::fs::read(busybox_for(arch)?)?;
+        let l = layout::busybox_layer(&bb)?;
+        per_arch.push(w.image(arch, std::slice::from_ref(&l), &config)?);
+        base.insert(*arch, l);
+    }
+    let idx = w.multi_arch(&per_arch)?;
+    w.tag("busybox:1", &idx);
+
+    let host = runtime::image::registry::host_architecture();
+    if let Some(b) = base.get(host) {
+        let add = layout::layer(&[
+            Entry::Dir("data".into()),
+            file("data/keep", b"lower"),
+            file("data/gone", b"lower"),
+            Entry::Dir("opaque".into()),
+            file("opaque/old", b"lower"),
+        ])?;
+        let change = layout::layer(&[
+            Entry::Dir("data".into()),
+            file("data/.wh.gone", b""),
+            Entry::Dir("opaque".into()),
+            file("opaque/.wh..wh..opq", b""),
+            file("opaque/new", b"upper"),
+        ])?;
+        let d = w.image(host, &[b.clone(), add, change], &config)?;
+        w.tag("layered:1", &d);
+        for (case, tar) in HOSTILE {
+            let hostile = hostile_layer(tar)?;
+            let d = w.image(host, &[b.clone(), hostile], &config)?;
+            w.tag(&format!("hostile/{case}:1"), &d);
+        }
+    }
+    w.finish()?;
+    Ok(())
+}
+
+/// Hostile layer cases: (name, entries as (path, kind, data/target)); kinds 'f' file, 'l'
+/// symlink, 'h' hard link, 'c' character device.
+pub const HOSTILE: &[(&str, &[RawEntry<'static>])] = &[
+    ("dotdot", &[("../../../../tmp/escaped", 'f', "pwned")]),
+    ("absolute", &[("/tmp/escaped", 'f', "pwned")]),
+    (
+        "symlink-escape",
+        &[("evil", 'l', "/tmp"), ("evil/escaped", 'f', "pwned")],
+    ),
+    ("hardlink-escape", &[("pw", 'h', "../../../../etc/passwd")]),
+    ("device-node", &[("dev-mem", 'c', "")]),
+];
+
+/// A gzip'd hostile layer.
+pub fn hostile_layer(entries: &[RawEntry<'_>]) -> Result<(Vec<u8>, String)> {
+    Ok(layout::gzip_layer(&layout::raw_tar(entries)?)?)
+}

@@ -1,0 +1,66 @@
+//! Thin wrappers over file-system calls the runtime needs. All of the runtime's `unsafe` lives
+//! here.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::sys::stat::{Mode, SFlag, UtimensatFlags, makedev, mknod, utimensat};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{Gid, Uid, fchownat};
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
+}
+
+/// `lsetxattr(2)`: sets an extended attribute on `path` itself (never through a symlink).
+pub fn set_xattr(path: &Path, name: &CStr, value: &[u8]) -> io::Result<()> {
+    let p = cpath(path)?;
+    // SAFETY: `p` and `name` are NUL-terminated strings and `value` a valid buffer of the given
+    // length; all outlive the call and the kernel does not keep them.
+    let rc = unsafe { libc::lsetxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// An overlayfs whiteout: a 0:0 character device.
+pub fn mknod_whiteout(path: &Path) -> io::Result<()> {
+    mknod(path, SFlag::S_IFCHR, Mode::empty(), makedev(0, 0)).map_err(io::Error::from)
+}
+
+pub fn mkfifo(path: &Path) -> io::Result<()> {
+    nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o644)).map_err(io::Error::from)
+}
+
+/// Sets the owner of `path` itself. Without CAP_CHOWN (unprivileged unit tests) ownership is left
+/// as it is.
+pub fn lchown(path: &Path, uid: u64, gid: u64) -> io::Result<()> {
+    let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "uid/gid out of range",
+        ));
+    };
+    match fchownat(
+        None,
+        path,
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Sets the modification (and access) time of `path` itself.
+pub fn set_mtime(path: &Path, secs: u64) -> io::Result<()> {
+    let t = TimeSpec::new(i64::try_from(secs).unwrap_or(0), 0);
+    utimensat(None, path, &t, &t, UtimensatFlags::NoFollowSymlink).map_err(io::Error::from)
+}
