@@ -164,6 +164,16 @@ cmd_build() {
     || die "building the host tools failed"
 }
 
+# The in-guest test suites (static, per arch): built only for the VM tests.
+build_suites() {
+  local a
+  for a in $ARCHES_ALL; do
+    step "build: in-guest runtime suite for $a" \
+      cargo build --release --locked --target "$(triple "$a")" -p runtime --bin runtime-suite \
+      || die "building the $a runtime suite failed"
+  done
+}
+
 stub_for() {
   case "$1" in
     x86_64) echo "$CACHE_DIR/stub/amd64/root/usr/lib/systemd/boot/efi/linuxx64.efi.stub" ;;
@@ -205,13 +215,13 @@ cmd_run() {
   NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" run --arch "$arch" "${extra[@]}"
 }
 
-# test [unit|api|vm|all]
+# test [unit|api|vm|runtime|all]
 cmd_test() {
   local suite="${1:-all}"
   cmd_setup_if_needed
   case "$suite" in
-    unit|api|all|vm) ;;
-    *) die "unknown test suite '$suite' (unit, api, vm or all)" ;;
+    unit|api|all|vm|runtime) ;;
+    *) die "unknown test suite '$suite' (unit, api, vm, runtime or all)" ;;
   esac
   if [ "$suite" = unit ] || [ "$suite" = all ]; then
     step "test: unit and host integration tests (incl. the API server with the real kubectl)" \
@@ -225,12 +235,14 @@ cmd_test() {
     NODEOS_PYTHON="$PY_VENV/bin/python" step "test: API server with the official Python client" \
       cargo test --locked -p controlplane --test kubectl -- --ignored || die "API client tests failed"
   fi
-  if [ "$suite" = vm ] || [ "$suite" = all ]; then
+  if [ "$suite" = vm ] || [ "$suite" = runtime ] || [ "$suite" = all ]; then
     mkdir -p "$OUT_DIR"
     cmd_image --arch all
+    build_suites
     export NODEOS_OUT="$OUT_DIR" NODEOS_KERNEL_CACHE="$CACHE_DIR/kernel/$KERNEL_VERSION" NODEOS_STUB_CACHE="$CACHE_DIR/stub"
-    step "test: VM tests (QEMU TCG, both arches)" \
-      cargo test --locked -p qemu-tests --test '*' -- --ignored --test-threads="${VM_TEST_THREADS:-2}" \
+    local which=(--test '*'); [ "$suite" = runtime ] && which=(--test runtime)
+    step "test: VM tests ($suite; QEMU TCG, both arches)" \
+      cargo test --locked -p qemu-tests "${which[@]}" -- --ignored --test-threads="${VM_TEST_THREADS:-2}" \
       || die "VM tests failed (serial logs are kept under $CARGO_TARGET_DIR/qemu-tests/)"
   fi
 }
@@ -266,7 +278,7 @@ main() {
     run)   cmd_run "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|all]|bench [boot|api]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|runtime|all]|bench [boot|api]" ;;
   esac
 }
 main "$@"

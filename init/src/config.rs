@@ -135,6 +135,10 @@ pub struct DebugConfigDoc {
     /// Adds a supervised service that exits with status 1 after 200 ms, to exercise back-off.
     #[serde(default)]
     pub crash_service: bool,
+    /// A program (absolute path and arguments) run once after boot; the machine powers off when
+    /// it exits. The in-guest test suites use it.
+    #[serde(default)]
+    pub test_command: Vec<String>,
 }
 
 /// The validated machine config.
@@ -147,6 +151,7 @@ pub struct MachineConfig {
     pub on_ready: OnReady,
     pub shutdown_grace_seconds: u32,
     pub crash_service: bool,
+    pub test_command: Vec<String>,
     pub control_plane: Option<ControlPlaneConfig>,
 }
 
@@ -175,6 +180,7 @@ impl Default for MachineConfig {
             on_ready: OnReady::Run,
             shutdown_grace_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
             crash_service: false,
+            test_command: Vec::new(),
             control_plane: None,
         }
     }
@@ -366,6 +372,17 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
     if !(1..=600).contains(&grace) {
         return Err(invalid("shutdownGraceSeconds", "must be between 1 and 600"));
     }
+    if doc
+        .debug
+        .test_command
+        .first()
+        .is_some_and(|p| !p.starts_with('/'))
+    {
+        return Err(invalid(
+            "debug.testCommand",
+            "the program must be an absolute path",
+        ));
+    }
     let control_plane = doc.control_plane.map(validate_control_plane).transpose()?;
     Ok(MachineConfig {
         control_plane,
@@ -376,6 +393,7 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         on_ready: doc.on_ready,
         shutdown_grace_seconds: grace,
         crash_service: doc.debug.crash_service,
+        test_command: doc.debug.test_command,
     })
 }
 

@@ -24,6 +24,10 @@ use supervisor::{ServiceSpec, Shutdown, Supervisor};
 /// magic link still opens it, so nothing has to be copied.
 pub const NODE_BIN: &str = "/proc/self/exe";
 
+/// Where test programs appended to the initramfs live (kept across the move to the tmpfs root;
+/// absent from production images).
+pub const TEST_FILES: &str = "usr/lib/nodeos-test";
+
 /// Runs PID 1. Never returns: the machine powers off or reboots at the end.
 pub fn run_pid1() -> ! {
     // First of all, before any thread exists: PID 1's signals go to its signalfd only.
@@ -67,7 +71,7 @@ fn boot_and_supervise() -> Shutdown {
         "modules"
     );
     if mounts::root_is_initramfs() {
-        match mounts::switch_to_tmpfs(&["etc"]) {
+        match mounts::switch_to_tmpfs(&["etc", TEST_FILES]) {
             Ok(()) => tracing::info!(boot_ms = sys::boot_ms(), "root moved to tmpfs"),
             Err(e) => {
                 tracing::error!(error = %e, "cannot move root to tmpfs; containers will not be able to pivot_root")
@@ -100,16 +104,23 @@ fn boot_and_supervise() -> Shutdown {
         }
     };
     let program = NODE_BIN.to_string();
-    sup.add(ServiceSpec {
-        name: "agent".into(),
+    let service = |name: &str, oneshot| ServiceSpec {
+        name: name.into(),
         program: program.clone(),
-        args: vec!["agent".into()],
-    });
+        args: vec![name.into()],
+        oneshot,
+    };
+    sup.add(service("runtime", false));
+    sup.add(service("agent", false));
     if cfg.crash_service {
+        sup.add(service("crashtest", false));
+    }
+    if let Some((prog, args)) = cfg.test_command.split_first() {
         sup.add(ServiceSpec {
-            name: "crashtest".into(),
-            program,
-            args: vec!["crashtest".into()],
+            name: "test".into(),
+            program: prog.clone(),
+            args: args.to_vec(),
+            oneshot: true,
         });
     }
     tracing::info!(

@@ -15,8 +15,16 @@ use tracing_subscriber::registry::LookupSpan;
 /// Installs the global subscriber for `role` (`init`, `agent`, ...). `filter` is an `EnvFilter`
 /// directive such as `info` or `info,runtime=debug`; a bad directive falls back to `info`.
 pub fn install(role: &'static str, filter: &str) {
+    install_with_console(role, filter, None);
+}
+
+/// Like [`install`], but console lines go to `console` instead of fd 2. The runtime role uses a
+/// close-on-exec duplicate of fd 2: libcontainer's children log through this subscriber after
+/// they have put the container's stdio on fds 0-2 (RUNTIME-NOTES.md P3).
+pub fn install_with_console(role: &'static str, filter: &str, console: Option<File>) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let writer = LineWriter::new();
+    let mut writer = LineWriter::new();
+    writer.console = console.map(Arc::new);
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
@@ -59,6 +67,7 @@ where
 #[derive(Clone)]
 struct LineWriter {
     kmsg: Arc<Mutex<Option<File>>>,
+    console: Option<Arc<File>>,
 }
 
 impl LineWriter {
@@ -66,6 +75,7 @@ impl LineWriter {
         let kmsg = OpenOptions::new().write(true).open("/dev/kmsg").ok();
         Self {
             kmsg: Arc::new(Mutex::new(kmsg)),
+            console: None,
         }
     }
 }
@@ -75,6 +85,7 @@ struct EventBuffer {
     buf: Vec<u8>,
     priority: u8,
     kmsg: Arc<Mutex<Option<File>>>,
+    console: Option<Arc<File>>,
 }
 
 impl Write for EventBuffer {
@@ -93,7 +104,10 @@ impl Drop for EventBuffer {
             return;
         }
         // Errors writing a log line have nowhere to go; they are dropped on purpose.
-        let _ = io::stderr().write_all(&self.buf);
+        let _ = match &self.console {
+            Some(f) => (&**f).write_all(&self.buf),
+            None => io::stderr().write_all(&self.buf),
+        };
         if let Ok(mut guard) = self.kmsg.lock()
             && let Some(kmsg) = guard.as_mut()
         {
@@ -112,6 +126,7 @@ impl<'a> MakeWriter<'a> for LineWriter {
             buf: Vec::new(),
             priority: 6,
             kmsg: self.kmsg.clone(),
+            console: self.console.clone(),
         }
     }
 
@@ -126,6 +141,7 @@ impl<'a> MakeWriter<'a> for LineWriter {
             buf: Vec::new(),
             priority,
             kmsg: self.kmsg.clone(),
+            console: self.console.clone(),
         }
     }
 }

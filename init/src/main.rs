@@ -1,5 +1,5 @@
 //! The node binary. Its role comes from argv[0] (`init`, or PID 1) or the first argument:
-//! `agent`, `pause`, `crashtest`, `version`.
+//! `agent`, `runtime`, `pause`, `crashtest`, `version`.
 
 use std::process::ExitCode;
 
@@ -27,7 +27,28 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Some("pause") => runtime::pause::run(),
+        Some("pause") => {
+            // The sandbox's fresh network namespace starts with loopback down.
+            let _ = init::sys::link_up("lo");
+            runtime::pause::run()
+        }
+        Some("runtime") => {
+            let console = init::sys::dup_cloexec(2, 100).ok();
+            // libcgroups warns about rdma/misc on every create and libcontainer about seccomp (we
+            // install it ourselves): noise, filtered; their errors still show.
+            init::log::install_with_console(
+                "runtime",
+                "info,libcgroups=error,libcontainer::process::init::process=error",
+                console,
+            );
+            match runtime::server::serve(runtime::server::Options::default()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "runtime failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some("crashtest") => {
             // Supervision test service (machine config debug.crashService): crash after 200 ms.
             std::thread::sleep(std::time::Duration::from_millis(200));
@@ -38,7 +59,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         other => {
-            eprintln!("usage: nodeos agent|pause|version (got {other:?}); as /init it is PID 1");
+            eprintln!("usage: nodeos agent|runtime|pause|version (got {other:?}); as /init it is PID 1");
             ExitCode::from(2)
         }
     }

@@ -49,6 +49,8 @@ pub struct ServiceSpec {
     pub name: String,
     pub program: String,
     pub args: Vec<String>,
+    /// Run once; its exit powers the machine off (test commands).
+    pub oneshot: bool,
 }
 
 #[derive(Debug)]
@@ -115,6 +117,8 @@ pub struct Supervisor {
     inputs: Vec<File>,
     /// Set by [`Supervisor::stop_all`]: exits are final, nothing restarts.
     stopping: bool,
+    /// A shutdown a service's exit asked for (a finished oneshot).
+    pending: Option<Shutdown>,
 }
 
 /// Errors that stop supervision from starting at all.
@@ -159,6 +163,7 @@ impl Supervisor {
         Ok(Self {
             services: Vec::new(),
             stopping: false,
+            pending: None,
             signals,
             inputs: open_power_buttons(),
         })
@@ -268,7 +273,7 @@ impl Supervisor {
         }
         // Children may exit between reads: reap once more whatever the signals said.
         self.reap();
-        request
+        request.or(self.pending.take())
     }
 
     /// Reaps every exited child; schedules restarts of services.
@@ -296,6 +301,12 @@ impl Supervisor {
         if self.stopping {
             tracing::info!(service = %svc.spec.name, status = %describe(status), "service stopped");
             svc.state = ServiceState::Stopped;
+            return;
+        }
+        if svc.spec.oneshot {
+            tracing::info!(service = %svc.spec.name, status = %describe(status), "oneshot finished; powering off");
+            svc.state = ServiceState::Stopped;
+            self.pending = Some(Shutdown::Poweroff);
             return;
         }
         let ran = match svc.state {

@@ -166,3 +166,11 @@ pub fn make_thread_idle() -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// A close-on-exec duplicate of `fd` numbered at least `min` (F_DUPFD_CLOEXEC).
+pub fn dup_cloexec(fd: i32, min: i32) -> io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let new = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min))?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::fs::File::from_raw_fd(new) })
+}

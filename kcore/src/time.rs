@@ -46,6 +46,19 @@ pub fn rfc3339_micros(t: SystemTime) -> String {
     )
 }
 
+/// `2026-11-29T13:40:00.123456789Z` (CRI log records).
+pub fn rfc3339_nanos(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (y, m, d2, rem) = civil(d.as_secs() as i64);
+    format!(
+        "{y:04}-{m:02}-{d2:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
 /// Seconds since the epoch of an RFC 3339 UTC timestamp (fractions ignored).
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     if s.len() < 20 {

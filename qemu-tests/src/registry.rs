@@ -17,15 +17,11 @@ pub struct TestRegistry {
     dir: tempfile::TempDir,
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 impl TestRegistry {
     /// Starts a registry on 127.0.0.1; `htpasswd` (a line `user:bcrypt-hash`) turns on basic auth.
     pub fn start(htpasswd: Option<&str>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let port = free_port()?;
+        let port = crate::vm::free_port()?;
         let mut cfg = format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
             dir.path().join("data").display()
@@ -140,8 +136,10 @@ fn file(path: &str, data: &[u8]) -> Entry {
 /// - `busybox:1`: an index over amd64 and arm64 (each the real static busybox of that arch),
 ///   `Cmd ["sh"]`, `PATH` in `Env`;
 /// - `layered:1`: busybox plus a layer that deletes a file (whiteout) and one that replaces a
-///   directory (opaque), for the host arch;
-/// - `hostile/<case>:1`: busybox plus one hostile layer per case (host arch), see [`HOSTILE`].
+///   directory (opaque);
+/// - `hostile/<case>:1`: busybox plus one hostile layer per case, see [`HOSTILE`];
+///
+/// every one an index over `arches`.
 pub fn write_test_images(dir: &Path, arches: &[&str]) -> Result<()> {
     let mut w = LayoutWriter::new(dir)?;
     let config = ImageConfig {
@@ -149,40 +147,36 @@ pub fn write_test_images(dir: &Path, arches: &[&str]) -> Result<()> {
         cmd: vec!["sh".into()],
         ..ImageConfig::default()
     };
-    let mut per_arch = Vec::new();
-    let mut base = std::collections::HashMap::new();
+    let add = layout::layer(&[
+        Entry::Dir("data".into()),
+        file("data/keep", b"lower"),
+        file("data/gone", b"lower"),
+        Entry::Dir("opaque".into()),
+        file("opaque/old", b"lower"),
+    ])?;
+    let change = layout::layer(&[
+        Entry::Dir("data".into()),
+        file("data/.wh.gone", b""),
+        Entry::Dir("opaque".into()),
+        file("opaque/.wh..wh..opq", b""),
+        file("opaque/new", b"upper"),
+    ])?;
+    let (mut plain, mut layered, mut hostile) = (Vec::new(), Vec::new(), vec![Vec::new(); HOSTILE.len()]);
     for arch in arches {
-        let bb = std::fs::read(busybox_for(arch)?)?;
-        let l = layout::busybox_layer(&bb)?;
-        per_arch.push(w.image(arch, std::slice::from_ref(&l), &config)?);
-        base.insert(*arch, l);
-    }
-    let idx = w.multi_arch(&per_arch)?;
-    w.tag("busybox:1", &idx);
-
-    let host = runtime::image::registry::host_architecture();
-    if let Some(b) = base.get(host) {
-        let add = layout::layer(&[
-            Entry::Dir("data".into()),
-            file("data/keep", b"lower"),
-            file("data/gone", b"lower"),
-            Entry::Dir("opaque".into()),
-            file("opaque/old", b"lower"),
-        ])?;
-        let change = layout::layer(&[
-            Entry::Dir("data".into()),
-            file("data/.wh.gone", b""),
-            Entry::Dir("opaque".into()),
-            file("opaque/.wh..wh..opq", b""),
-            file("opaque/new", b"upper"),
-        ])?;
-        let d = w.image(host, &[b.clone(), add, change], &config)?;
-        w.tag("layered:1", &d);
-        for (case, tar) in HOSTILE {
-            let hostile = hostile_layer(tar)?;
-            let d = w.image(host, &[b.clone(), hostile], &config)?;
-            w.tag(&format!("hostile/{case}:1"), &d);
+        let bb = layout::busybox_layer(&std::fs::read(busybox_for(arch)?)?)?;
+        plain.push(w.image(arch, std::slice::from_ref(&bb), &config)?);
+        layered.push(w.image(arch, &[bb.clone(), add.clone(), change.clone()], &config)?);
+        for (i, (_, entries)) in HOSTILE.iter().enumerate() {
+            hostile[i].push(w.image(arch, &[bb.clone(), hostile_layer(entries)?], &config)?);
         }
+    }
+    let d = w.multi_arch(&plain)?;
+    w.tag("busybox:1", &d);
+    let d = w.multi_arch(&layered)?;
+    w.tag("layered:1", &d);
+    for (i, (case, _)) in HOSTILE.iter().enumerate() {
+        let d = w.multi_arch(&hostile[i])?;
+        w.tag(&format!("hostile/{case}:1"), &d);
     }
     w.finish()?;
     Ok(())

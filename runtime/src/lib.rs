@@ -1,7 +1,19 @@
 //! Everything below the pod abstraction: images, sandboxes, containers, cgroups and pod network
 //! devices. Nothing here knows the Kubernetes API.
+//!
+//! Containers are created by the runtime process ([`server`]), a single-threaded process of the
+//! node binary; everything else talks to it through [`api`].
 
+pub mod api;
+pub mod cgroups;
 pub mod image;
+pub mod logs;
 pub mod pause;
 pub mod probe;
+pub mod seccomp;
+pub mod server;
+pub mod spec;
 mod sys;
+
+/// Where a node keeps its images.
+pub const IMAGE_ROOT: &str = "/var/lib/nodeos/images";

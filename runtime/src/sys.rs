@@ -64,3 +64,27 @@ pub fn set_mtime(path: &Path, secs: u64) -> io::Result<()> {
     let t = TimeSpec::new(i64::try_from(secs).unwrap_or(0), 0);
     utimensat(None, path, &t, &t, UtimensatFlags::NoFollowSymlink).map_err(io::Error::from)
 }
+
+/// Takes ownership of descriptors the kernel installed in this process (SCM_RIGHTS).
+pub fn adopt_fds(raw: Vec<std::os::fd::RawFd>) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    raw.into_iter()
+        // SAFETY: each descriptor was just received through SCM_RIGHTS; this process owns it and
+        // nothing else refers to it.
+        .map(|r| unsafe { std::os::fd::OwnedFd::from_raw_fd(r) })
+        .collect()
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when the process exits (works for
+/// processes that are not our children too).
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall with integer arguments; on success it returns a new descriptor that
+    // this process owns.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor from pidfd_open, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -1,1 +1,939 @@
-fn main() {}
+//! The runtime's in-guest test suite. It runs inside a node VM as the machine config's
+//! `debug.testCommand` (root, cgroup v2, the node's own runtime process on its socket), pulls the
+//! test images from the registry the harness forwards into the guest, and prints one line per
+//! case: `SUITE ok <case>` or `SUITE FAIL <case>: <why>`, then `SUITE done passed=N failed=M`.
+//!
+//! Usage: `runtime-suite --registry HOST:PORT [--only CASE[,CASE...]]`
+//! (`runtime-suite readopt-child <file>` is its own helper for the re-adoption case).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use runtime::api::{Client, ContainerConfig, ContainerStatus, SandboxConfig, SandboxStatus, State};
+use runtime::cgroups::{self, Resources};
+use runtime::image::http;
+use runtime::image::store::{ImageStore, PullOptions};
+use runtime::seccomp::Profile;
+
+type R<T = ()> = Result<T, String>;
+
+const MI: u64 = 1024 * 1024;
+const LOGS: &str = "/var/log/pods";
+
+fn e<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> String + '_ {
+    move |err| format!("{ctx}: {err}")
+}
+
+fn ensure(cond: bool, msg: impl FnOnce() -> String) -> R {
+    if cond { Ok(()) } else { Err(msg()) }
+}
+
+struct Suite {
+    registry: String,
+    client: Client,
+    pods: u32,
+}
+
+impl Suite {
+    fn image(&self, name: &str) -> String {
+        format!("{}/{name}", self.registry)
+    }
+
+    fn sandbox(&mut self, name: &str, containers: &[Resources], share_pid: bool) -> R<SandboxStatus> {
+        self.pods += 1;
+        let uid = format!("00000000-0000-4000-8000-{:012}", self.pods);
+        self.client
+            .run_sandbox(SandboxConfig {
+                name: name.into(),
+                namespace: "default".into(),
+                uid: uid.clone(),
+                containers: containers.to_vec(),
+                share_process_namespace: share_pid,
+                log_directory: Some(PathBuf::from(format!("{LOGS}/default_{name}_{uid}"))),
+                dns: runtime::api::Dns {
+                    servers: vec!["10.96.0.10".into()],
+                    searches: vec!["default.svc.cluster.local".into()],
+                    options: vec!["ndots:5".into()],
+                },
+                ..Default::default()
+            })
+            .map_err(e("run sandbox"))
+    }
+
+    fn container(
+        &mut self,
+        sb: &SandboxStatus,
+        name: &str,
+        script: &str,
+        res: Resources,
+    ) -> R<ContainerStatus> {
+        self.container_with(
+            sb,
+            ContainerConfig {
+                name: name.into(),
+                image: self.image("busybox:1"),
+                command: vec!["sh".into(), "-c".into(), script.into()],
+                resources: res,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn container_with(&mut self, sb: &SandboxStatus, cfg: ContainerConfig) -> R<ContainerStatus> {
+        let c = self
+            .client
+            .create_container(&sb.id, cfg)
+            .map_err(e("create container"))?;
+        self.client.start_container(&c.id).map_err(e("start container"))
+    }
+
+    fn wait_exit(&mut self, id: &str, timeout: Duration) -> R<ContainerStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.client.container_status(id).map_err(e("status"))?;
+            if s.state == State::Exited {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("container {} did not exit within {timeout:?}", s.name));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn remove_pod(&mut self, sb: &SandboxStatus) -> R {
+        self.client.remove_sandbox(&sb.id).map_err(e("remove sandbox"))
+    }
+}
+
+/// The text of a container's CRI log (the message part of each record).
+fn log_text(path: &Path) -> R<String> {
+    let raw = fs::read_to_string(path).map_err(e("reading log"))?;
+    let mut out = String::new();
+    for l in raw.lines() {
+        let parts: Vec<&str> = l.splitn(4, ' ').collect();
+        ensure(
+            parts.len() == 4
+                && parts[0].ends_with('Z')
+                && ["stdout", "stderr"].contains(&parts[1])
+                && ["F", "P"].contains(&parts[2]),
+            || format!("not a CRI log record: {l:?}"),
+        )?;
+        out.push_str(parts[3]);
+        if parts[2] == "F" {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+fn ns(pid: i32, kind: &str) -> R<String> {
+    fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .map(|p| p.display().to_string())
+        .map_err(e("ns link"))
+}
+
+fn cg(rel: &str, file: &str) -> R<String> {
+    let p = Path::new(cgroups::CGROUP_ROOT)
+        .join(rel.trim_start_matches('/'))
+        .join(file);
+    fs::read_to_string(&p)
+        .map(|s| s.trim().to_string())
+        .map_err(|err| format!("{}: {err}", p.display()))
+}
+
+fn check_cg(rel: &str, file: &str, want: &str) -> R {
+    let got = cg(rel, file)?;
+    ensure(got == want, || format!("{rel}/{file} = {got:?}, want {want:?}"))
+}
+
+fn oom_adj(pid: i32) -> R<String> {
+    fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+        .map(|s| s.trim().to_string())
+        .map_err(e("oom_score_adj"))
+}
+
+fn pid_of(c: &ContainerStatus) -> R<i32> {
+    c.pid.ok_or_else(|| "no pid".to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn namespaces(s: &mut Suite) -> R {
+    let sb = s.sandbox("ns-pod", &[Resources::default(); 2], false)?;
+    let a = s.container(
+        &sb,
+        "a",
+        "hostname; cat /etc/resolv.conf; sleep 1000",
+        Resources::default(),
+    )?;
+    let b = s.container(&sb, "b", "sleep 1000", Resources::default())?;
+    let pause = sb.pause_pid.ok_or("no pause pid")?;
+    for c in [&a, &b] {
+        let pid = pid_of(c)?;
+        for kind in ["net", "ipc", "uts"] {
+            ensure(ns(pid, kind)? == ns(pause, kind)?, || {
+                format!("{} {kind} ns differs from the sandbox's", c.name)
+            })?;
+        }
+        for kind in ["pid", "mnt"] {
+            ensure(ns(pid, kind)? != ns(pause, kind)?, || {
+                format!("{} shares the sandbox's {kind} ns", c.name)
+            })?;
+        }
+    }
+    ensure(ns(pid_of(&a)?, "pid")? != ns(pid_of(&b)?, "pid")?, || {
+        "containers share a pid ns".into()
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log_text(a.log_path.as_deref().ok_or("no log path")?)?;
+    ensure(log.starts_with("ns-pod\n"), || {
+        format!("hostname is not the pod name: {log:?}")
+    })?;
+    ensure(
+        log.contains("nameserver 10.96.0.10")
+            && log.contains("search default.svc.cluster.local")
+            && log.contains("options ndots:5"),
+        || format!("resolv.conf: {log:?}"),
+    )?;
+    s.remove_pod(&sb)
+}
+
+fn share_process_namespace(s: &mut Suite) -> R {
+    let sb = s.sandbox("shared-pid", &[Resources::default()], true)?;
+    let c = s.container(&sb, "a", "ps -o pid,args; sleep 1000", Resources::default())?;
+    let pause = sb.pause_pid.ok_or("no pause pid")?;
+    ensure(ns(pid_of(&c)?, "pid")? == ns(pause, "pid")?, || {
+        "container is not in the sandbox's pid ns".into()
+    })?;
+    std::thread::sleep(Duration::from_millis(800));
+    let log = log_text(c.log_path.as_deref().ok_or("no log path")?)?;
+    ensure(
+        log.lines()
+            .any(|l| l.trim_start().starts_with("1 ") && l.contains("/pause")),
+        || format!("pause is not PID 1: {log}"),
+    )?;
+    s.remove_pod(&sb)
+}
+
+/// Every value of SEEDS-SPEC.md §4.10 and §4.11 for one pod of each QoS class.
+fn cgroup_values(s: &mut Suite) -> R {
+    let node_mem: u64 = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .ok_or("MemTotal")?;
+    let node_mem = node_mem * 1024;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    check_cg(
+        cgroups::KUBEPODS,
+        "cpu.weight",
+        &cgroups::slice_weight(cgroups::cpu_shares(cpus * 1000)).to_string(),
+    )?;
+    check_cg(cgroups::KUBEPODS, "memory.max", &node_mem.to_string())?;
+    check_cg("/kubepods.slice/kubepods-besteffort.slice", "cpu.weight", "1")?;
+    check_cg("/kubepods.slice/kubepods-besteffort.slice", "memory.max", "max")?;
+
+    // Burstable: the CoreDNS shape (100m, 70Mi request, 170Mi limit) and a second pod of 850m.
+    let coredns = Resources {
+        cpu_request: Some(100),
+        memory_request: Some(70 * MI),
+        memory_limit: Some(170 * MI),
+        ..Default::default()
+    };
+    let sb = s.sandbox("burstable", &[coredns], false)?;
+    let c = s.container(&sb, "coredns", "sleep 1000", coredns)?;
+    let other = Resources {
+        cpu_request: Some(850),
+        ..Default::default()
+    };
+    let sb2 = s.sandbox("burstable2", &[other], false)?;
+    check_cg("/kubepods.slice/kubepods-burstable.slice", "cpu.weight", "37")?; // 950m
+    check_cg("/kubepods.slice/kubepods-burstable.slice", "memory.max", "max")?;
+    ensure(
+        sb.cgroup.starts_with(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod00000000_0000_4000_8000_",
+        ),
+        || sb.cgroup.clone(),
+    )?;
+    for (file, want) in [
+        ("cpu.weight", "4"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "178257920"),
+        ("memory.oom.group", "0"),
+        ("memory.high", "max"),
+    ] {
+        check_cg(&sb.cgroup, file, want)?;
+    }
+    for (file, want) in [
+        ("cpu.weight", "17"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "178257920"),
+        ("memory.oom.group", "1"),
+        ("memory.high", "max"),
+    ] {
+        check_cg(&c.cgroup, file, want)?;
+    }
+    let pause_scope = format!("{}/nodeos-{}.scope", sb.cgroup, sb.id);
+    for (file, want) in [
+        ("cpu.weight", "1"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "max"),
+        ("memory.oom.group", "0"),
+        ("memory.high", "max"),
+    ] {
+        check_cg(&pause_scope, file, want)?;
+    }
+    let want_adj = cgroups::oom_score_adj(cgroups::Qos::Burstable, 70 * MI, node_mem, false).to_string();
+    ensure(oom_adj(pid_of(&c)?)? == want_adj, || {
+        format!(
+            "burstable oom_score_adj {} want {want_adj}",
+            oom_adj(pid_of(&c).unwrap_or(0)).unwrap_or_default()
+        )
+    })?;
+    ensure(oom_adj(sb.pause_pid.ok_or("pause")?)? == "-998", || {
+        "pause oom_score_adj".into()
+    })?;
+    let procs = cg(&c.cgroup, "cgroup.procs")?;
+    ensure(
+        procs
+            .lines()
+            .any(|p| p == pid_of(&c).map(|x| x.to_string()).unwrap_or_default()),
+        || format!("container pid not in its scope: {procs}"),
+    )?;
+    s.remove_pod(&sb2)?;
+    check_cg("/kubepods.slice/kubepods-burstable.slice", "cpu.weight", "4")?; // 100m left
+    s.remove_pod(&sb)?;
+
+    // Guaranteed: 500m / 64Mi in two containers; the pod slice sits under kubepods directly.
+    let g = Resources {
+        cpu_limit: Some(500),
+        memory_limit: Some(64 * MI),
+        ..Default::default()
+    };
+    let sb = s.sandbox("guaranteed", &[g, g], false)?;
+    ensure(sb.cgroup.starts_with("/kubepods.slice/kubepods-pod"), || {
+        sb.cgroup.clone()
+    })?;
+    let c = s.container(&sb, "app", "sleep 1000", g)?;
+    for (file, want) in [
+        (
+            "cpu.weight",
+            &*cgroups::slice_weight(cgroups::cpu_shares(1000)).to_string(),
+        ),
+        ("cpu.max", "100000 100000"),
+        ("memory.max", "134217728"),
+        ("memory.oom.group", "0"),
+    ] {
+        check_cg(&sb.cgroup, file, want)?;
+    }
+    // 500m → shares 512 → the OCI runtimes' mapping gives 59.
+    for (file, want) in [
+        ("cpu.weight", "59"),
+        ("cpu.max", "50000 100000"),
+        ("memory.max", "67108864"),
+        ("memory.oom.group", "1"),
+    ] {
+        check_cg(&c.cgroup, file, want)?;
+    }
+    ensure(oom_adj(pid_of(&c)?)? == "-997", || {
+        "guaranteed oom_score_adj".into()
+    })?;
+    s.remove_pod(&sb)?;
+
+    // BestEffort.
+    let sb = s.sandbox("besteffort", &[Resources::default()], false)?;
+    ensure(
+        sb.cgroup
+            .starts_with("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"),
+        || sb.cgroup.clone(),
+    )?;
+    let c = s.container(&sb, "app", "sleep 1000", Resources::default())?;
+    for (file, want) in [
+        ("cpu.weight", "1"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "max"),
+        ("memory.oom.group", "0"),
+    ] {
+        check_cg(&sb.cgroup, file, want)?;
+    }
+    for (file, want) in [
+        ("cpu.weight", "1"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "max"),
+        ("memory.oom.group", "1"),
+    ] {
+        check_cg(&c.cgroup, file, want)?;
+    }
+    ensure(oom_adj(pid_of(&c)?)? == "1000", || {
+        "besteffort oom_score_adj".into()
+    })?;
+    s.remove_pod(&sb)
+}
+
+fn oom_killed(s: &mut Suite) -> R {
+    let r = Resources {
+        memory_limit: Some(16 * MI),
+        ..Default::default()
+    };
+    let sb = s.sandbox("oom", &[r], false)?;
+    let c = s.container(
+        &sb,
+        "hog",
+        "echo start; dd if=/dev/zero of=/dev/null bs=64M count=1; echo survived",
+        r,
+    )?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(60))?;
+    ensure(
+        st.exit_code == Some(137) && st.reason.as_deref() == Some("OOMKilled"),
+        || format!("exit {:?} reason {:?}", st.exit_code, st.reason),
+    )?;
+    s.remove_pod(&sb)
+}
+
+fn seccomp_blocked(s: &mut Suite) -> R {
+    let sb = s.sandbox("seccomp", &[Resources::default(); 2], false)?;
+    let script =
+        "if linux32 true 2>/dev/null; then echo PERSONALITY_ALLOWED; else echo PERSONALITY_BLOCKED; fi";
+    let mut results = Vec::new();
+    for (name, profile) in [
+        ("default", Profile::RuntimeDefault),
+        ("unconfined", Profile::Unconfined),
+    ] {
+        let c = s.container_with(
+            &sb,
+            ContainerConfig {
+                name: name.into(),
+                image: s.image("busybox:1"),
+                command: vec!["sh".into(), "-c".into(), script.into()],
+                seccomp: profile,
+                ..Default::default()
+            },
+        )?;
+        let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+        results.push(log_text(st.log_path.as_deref().ok_or("log")?)?.trim().to_string());
+    }
+    ensure(results == ["PERSONALITY_BLOCKED", "PERSONALITY_ALLOWED"], || {
+        format!("{results:?}")
+    })?;
+    s.remove_pod(&sb)
+}
+
+fn exit_codes_and_logs(s: &mut Suite) -> R {
+    let sb = s.sandbox("exits", &[Resources::default()], false)?;
+    let c = s.container(
+        &sb,
+        "app",
+        "echo out; echo err >&2; printf partial; exit 7",
+        Resources::default(),
+    )?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+    ensure(
+        st.exit_code == Some(7) && st.reason.as_deref() == Some("Error") && st.signal.is_none(),
+        || format!("{st:?}"),
+    )?;
+    ensure(st.started_at.is_some() && st.finished_at.is_some(), || {
+        "timestamps".into()
+    })?;
+    let raw = fs::read_to_string(st.log_path.as_deref().ok_or("log")?).map_err(e("log"))?;
+    ensure(
+        raw.contains(" stdout F out\n")
+            && raw.contains(" stderr F err\n")
+            && raw.contains(" stdout P partial\n"),
+        || raw.clone(),
+    )?;
+    let ok = s.container(&sb, "ok", "true", Resources::default())?;
+    let st = s.wait_exit(&ok.id, Duration::from_secs(30))?;
+    ensure(
+        st.exit_code == Some(0) && st.reason.as_deref() == Some("Completed"),
+        || format!("{st:?}"),
+    )?;
+    // An image that is not on the node, and a command that does not exist: clear errors.
+    let err = s.client.create_container(
+        &sb.id,
+        ContainerConfig {
+            name: "x".into(),
+            image: s.image("nope:1"),
+            ..Default::default()
+        },
+    );
+    ensure(
+        err.as_ref()
+            .is_err_and(|x| x.to_string().contains("is not present on this node")),
+        || format!("{err:?}"),
+    )?;
+    s.remove_pod(&sb)
+}
+
+fn stop_grace(s: &mut Suite) -> R {
+    let sb = s.sandbox("stop", &[Resources::default(); 2], false)?;
+    let polite = s.container(
+        &sb,
+        "polite",
+        "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done",
+        Resources::default(),
+    )?;
+    let stubborn = s.container(
+        &sb,
+        "stubborn",
+        "trap '' TERM; while true; do sleep 0.1; done",
+        Resources::default(),
+    )?;
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let st = s.client.stop_container(&polite.id, 30).map_err(e("stop"))?;
+    ensure(
+        st.exit_code == Some(0) && t0.elapsed() < Duration::from_secs(10),
+        || format!("polite: {st:?} after {:?}", t0.elapsed()),
+    )?;
+    ensure(
+        log_text(st.log_path.as_deref().ok_or("log")?)?.contains("got TERM"),
+        || "no TERM in the log".into(),
+    )?;
+    let t0 = Instant::now();
+    let st = s.client.stop_container(&stubborn.id, 1).map_err(e("stop"))?;
+    let took = t0.elapsed();
+    ensure(st.exit_code == Some(137) && st.signal == Some(9), || {
+        format!("stubborn: {st:?}")
+    })?;
+    ensure(took >= Duration::from_millis(900), || {
+        format!("SIGKILL came before the grace period: {took:?}")
+    })?;
+    s.remove_pod(&sb)
+}
+
+fn filesystem(s: &mut Suite) -> R {
+    let sb = s.sandbox("fs", &[Resources::default(); 2], false)?;
+    let c = s.container_with(&sb, ContainerConfig {
+        name: "ro".into(),
+        image: s.image("layered:1"),
+        command: vec!["sh".into(), "-c".into(), "ls /data; ls /opaque; touch /x 2>/dev/null && echo WRITABLE || echo READONLY; wc -c < /proc/kcore; grep CapEff /proc/self/status; id -u".into()],
+        read_only_root_filesystem: true,
+        run_as_user: Some(0),
+        ..Default::default()
+    })?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+    let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+    let want = ["keep", "new", "READONLY", "0", "CapEff:\t00000000a00425fb", "0"];
+    let got: Vec<&str> = log.lines().collect();
+    ensure(got == want, || format!("got {got:?}, want {want:?}"))?;
+    let c = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "user".into(),
+            image: s.image("busybox:1"),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "id -u; id -g; touch /x && echo WRITABLE".into(),
+            ],
+            run_as_user: Some(65534),
+            ..Default::default()
+        },
+    )?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+    let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+    ensure(
+        log.lines().take(2).collect::<Vec<_>>() == ["65534", "65534"],
+        || log.clone(),
+    )?;
+    s.remove_pod(&sb)
+}
+
+fn hostile_images(s: &mut Suite, store: &ImageStore) -> R {
+    for (case, want) in [
+        ("dotdot", "path contains '..'"),
+        ("absolute", "absolute path"),
+        ("symlink-escape", "goes through the symlink"),
+        ("hardlink-escape", "hard link target"),
+        ("device-node", "device nodes are not allowed"),
+    ] {
+        let r = store.pull(&s.image(&format!("hostile/{case}:1")), &PullOptions::default());
+        ensure(r.as_ref().is_err_and(|x| x.to_string().contains(want)), || {
+            format!("{case}: {r:?}")
+        })?;
+    }
+    ensure(!Path::new("/tmp/escaped").exists(), || {
+        "a hostile layer wrote /tmp/escaped".into()
+    })
+}
+
+fn exec(s: &mut Suite) -> R {
+    let sb = s.sandbox("exec", &[Resources::default()], false)?;
+    let c = s.container(&sb, "app", "sleep 1000", Resources::default())?;
+    // Pipes.
+    let (in_r, in_w) = nix::unistd::pipe().map_err(e("pipe"))?;
+    let (out_r, out_w) = nix::unistd::pipe().map_err(e("pipe"))?;
+    nix::unistd::write(&in_w, b"from-stdin\n").map_err(e("write"))?;
+    drop(in_w);
+    let id = s
+        .client
+        .exec(
+            &c.id,
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "hostname; read l; echo got:$l; echo e >&2; exit 3".into(),
+            ],
+            [in_r.as_raw_fd(), out_w.as_raw_fd(), out_w.as_raw_fd()],
+        )
+        .map_err(e("exec"))?;
+    drop((in_r, out_w));
+    let code = s.client.wait_exec(&id).map_err(e("wait exec"))?;
+    let mut out = String::new();
+    fs::File::from(out_r)
+        .read_to_string(&mut out)
+        .map_err(e("read"))?;
+    ensure(code == 3 && out == "exec\ngot:from-stdin\ne\n", || {
+        format!("exit {code}, output {out:?}")
+    })?;
+    // A terminal, with a window size set from outside.
+    let pty = nix::pty::openpty(None, None).map_err(e("openpty"))?;
+    let ws = nix::pty::Winsize {
+        ws_row: 40,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    set_winsize(&pty.master, &ws)?;
+    let slave = pty.slave.as_raw_fd();
+    let id = s
+        .client
+        .exec(
+            &c.id,
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "test -t 0 && echo TTY; stty size".into(),
+            ],
+            [slave, slave, slave],
+        )
+        .map_err(e("exec tty"))?;
+    drop(pty.slave);
+    let code = s.client.wait_exec(&id).map_err(e("wait exec"))?;
+    let mut buf = vec![0u8; 4096];
+    let n = nix::unistd::read(pty.master.as_raw_fd(), &mut buf).map_err(e("read pty"))?;
+    let out = String::from_utf8_lossy(&buf[..n]).replace('\r', "");
+    ensure(code == 0 && out == "TTY\n40 100\n", || {
+        format!("tty exec: exit {code}, output {out:?}")
+    })?;
+    let err = s.client.exec("nope", vec!["true".into()], [0, 1, 2]);
+    ensure(err.is_err(), || "exec into a missing container succeeded".into())?;
+    s.remove_pod(&sb)
+}
+
+fn set_winsize(fd: &impl AsRawFd, ws: &nix::pty::Winsize) -> R {
+    nix::ioctl_write_ptr_bad!(tiocswinsz, libc::TIOCSWINSZ, nix::pty::Winsize);
+    // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which is valid for the call.
+    unsafe { tiocswinsz(fd.as_raw_fd(), ws) }
+        .map(|_| ())
+        .map_err(e("TIOCSWINSZ"))
+}
+
+fn log_rotation(s: &mut Suite) -> R {
+    let sb = s.sandbox("logs", &[Resources::default()], false)?;
+    let c = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "chatty".into(),
+            image: s.image("busybox:1"),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "i=0; while [ $i -lt 400 ]; do echo line-$i; i=$((i+1)); done".into(),
+            ],
+            log_max_size: Some(2048),
+            log_max_files: Some(3),
+            ..Default::default()
+        },
+    )?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(60))?;
+    let path = st.log_path.clone().ok_or("log")?;
+    let rotated = |n: u32| PathBuf::from(format!("{}.{n}", path.display()));
+    ensure(
+        rotated(1).exists() && rotated(2).exists() && !rotated(3).exists(),
+        || "expected exactly 3 files".into(),
+    )?;
+    for p in [path.clone(), rotated(1), rotated(2)] {
+        let len = fs::metadata(&p).map_err(e("meta"))?.len();
+        ensure(len <= 2048, || format!("{} is {len} bytes", p.display()))?;
+    }
+    let last = log_text(&path)?;
+    ensure(last.ends_with("line-399\n"), || {
+        format!("newest file does not end with the last line: {last:?}")
+    })?;
+    let older = log_text(&rotated(1))?;
+    let first_new: u32 = last
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("line-")?.parse().ok())
+        .ok_or("parse")?;
+    let last_old: u32 = older
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("line-")?.parse().ok())
+        .ok_or("parse")?;
+    ensure(last_old + 1 == first_new, || {
+        format!("rotation lost lines between {last_old} and {first_new}")
+    })?;
+    s.remove_pod(&sb)
+}
+
+fn sandbox_lost(s: &mut Suite) -> R {
+    let sb = s.sandbox("lost", &[Resources::default()], false)?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sb.pause_pid.ok_or("pid")?),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .map_err(e("kill"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let l = s.client.list_sandboxes().map_err(e("list"))?;
+        let me = l.iter().find(|x| x.id == sb.id).ok_or("sandbox vanished")?;
+        if !me.ready {
+            break;
+        }
+        ensure(Instant::now() < deadline, || {
+            "sandbox still ready after its pause process died".into()
+        })?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = s.client.create_container(
+        &sb.id,
+        ContainerConfig {
+            name: "x".into(),
+            image: s.image("busybox:1"),
+            ..Default::default()
+        },
+    );
+    ensure(err.is_err_and(|x| x.to_string().contains("is not ready")), || {
+        "created a container in a lost sandbox".into()
+    })?;
+    s.remove_pod(&sb)
+}
+
+const READOPT_FILE: &str = "/run/readopt.ids";
+
+/// Child process: creates a pod, writes "sandbox container pid", exits without cleaning up.
+fn readopt_child(registry: &str) -> R {
+    let client = Client::connect_wait(Path::new(runtime::api::SOCKET), Duration::from_secs(30))
+        .map_err(e("connect"))?;
+    let mut s = Suite {
+        registry: registry.into(),
+        client,
+        pods: 900,
+    };
+    let sb = s.sandbox("readopt", &[Resources::default()], false)?;
+    let c = s.container(&sb, "app", "sleep 1000", Resources::default())?;
+    fs::write(READOPT_FILE, format!("{} {} {}", sb.id, c.id, pid_of(&c)?)).map_err(e("write ids"))
+}
+
+fn readopt(s: &mut Suite) -> R {
+    let me = std::env::current_exe().map_err(e("current_exe"))?;
+    let st = std::process::Command::new(me)
+        .args(["readopt-child", &s.registry])
+        .status()
+        .map_err(e("spawn child"))?;
+    ensure(st.success(), || format!("child client failed: {st}"))?;
+    let ids = fs::read_to_string(READOPT_FILE).map_err(e("ids"))?;
+    let v: Vec<&str> = ids.split_whitespace().collect();
+    ensure(v.len() == 3, || ids.clone())?;
+    // A new client (the agent restarted) finds the pod running, same process.
+    let mut fresh = Client::connect(Path::new(runtime::api::SOCKET)).map_err(e("connect"))?;
+    let sbs = fresh.list_sandboxes().map_err(e("list"))?;
+    let sb = sbs.iter().find(|x| x.id == v[0]).ok_or("sandbox not listed")?;
+    ensure(sb.ready, || "sandbox not ready".into())?;
+    let cs = fresh.list_containers().map_err(e("list"))?;
+    let c = cs.iter().find(|x| x.id == v[1]).ok_or("container not listed")?;
+    ensure(
+        c.state == State::Running && c.pid.map(|p| p.to_string()).as_deref() == Some(v[2]),
+        || format!("{c:?}"),
+    )?;
+    ensure(Path::new(&format!("/proc/{}", v[2])).exists(), || {
+        "process gone".into()
+    })?;
+    let st = fresh.stop_container(&c.id, 0).map_err(e("stop"))?;
+    ensure(st.exit_code == Some(137), || format!("{st:?}"))?;
+    fresh.remove_sandbox(&sb.id).map_err(e("remove"))
+}
+
+/// 100 pods created and deleted; nothing may be left behind.
+fn cycles(s: &mut Suite) -> R {
+    let before = leftovers()?;
+    let t0 = Instant::now();
+    for i in 0..100 {
+        let sb = s.sandbox(&format!("cycle-{i}"), &[Resources::default()], false)?;
+        let c = s.container(&sb, "app", "true", Resources::default())?;
+        s.wait_exit(&c.id, Duration::from_secs(30))?;
+        s.remove_pod(&sb)?;
+    }
+    println!("SUITE info cycles: 100 pods in {} ms", t0.elapsed().as_millis());
+    let after = leftovers()?;
+    ensure(before == after, || {
+        format!("left behind: before {before:?} after {after:?}")
+    })
+}
+
+/// Pod cgroups, runtime mounts, network namespaces, interfaces and state entries on the node.
+fn leftovers() -> R<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for qos in [
+        "kubepods.slice",
+        "kubepods.slice/kubepods-burstable.slice",
+        "kubepods.slice/kubepods-besteffort.slice",
+    ] {
+        for e in fs::read_dir(Path::new(cgroups::CGROUP_ROOT).join(qos))
+            .map_err(e("cgroups"))?
+            .flatten()
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() && n.contains("-pod") {
+                out.insert(format!("cgroup {qos}/{n}"));
+            }
+        }
+    }
+    for l in fs::read_to_string("/proc/self/mountinfo")
+        .map_err(e("mountinfo"))?
+        .lines()
+    {
+        if let Some(m) = l.split_whitespace().nth(4)
+            && m.starts_with("/run/nodeos/runtime/")
+        {
+            out.insert(format!("mount {m}"));
+        }
+    }
+    for d in [
+        "/run/nodeos/runtime/sandboxes",
+        "/run/nodeos/runtime/containers",
+        "/run/nodeos/runtime/youki",
+    ] {
+        for e in fs::read_dir(d).map_err(e("state"))?.flatten() {
+            out.insert(format!("state {}", e.path().display()));
+        }
+    }
+    let mut netns = BTreeSet::new();
+    for e in fs::read_dir("/proc").map_err(e("proc"))?.flatten() {
+        if let Ok(l) = fs::read_link(e.path().join("ns/net")) {
+            netns.insert(l.display().to_string());
+        }
+    }
+    out.insert(format!("netns count {}", netns.len()));
+    for e in fs::read_dir("/sys/class/net").map_err(e("net"))?.flatten() {
+        out.insert(format!("link {}", e.file_name().to_string_lossy()));
+    }
+    Ok(out)
+}
+
+fn main() {
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("readopt-child") {
+        let r = readopt_child(args.get(2).map(String::as_str).unwrap_or(""));
+        if let Err(err) = &r {
+            println!("readopt child: {err}");
+        }
+        std::process::exit(i32::from(r.is_err()));
+    }
+    let mut registry = String::new();
+    let mut only: Option<Vec<String>> = None;
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--registry" => registry = it.next().cloned().unwrap_or_default(),
+            "--only" => only = it.next().map(|v| v.split(',').map(str::to_string).collect()),
+            other => {
+                println!("SUITE FAIL usage: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let client = http::Client::new(b"").expect("TLS setup cannot fail without certificates");
+    let store = match ImageStore::open(Path::new(runtime::IMAGE_ROOT), client, vec![registry.clone()]) {
+        Ok(s) => s,
+        Err(err) => {
+            println!("SUITE FAIL setup: image store: {err}");
+            std::process::exit(1);
+        }
+    };
+    for img in ["busybox:1", "layered:1"] {
+        let r = store.pull(&format!("{registry}/{img}"), &PullOptions::default());
+        match r {
+            Ok(rec) => println!(
+                "SUITE info pulled {} ({} layers, {} bytes) at {} ms",
+                rec.reference,
+                rec.layers.len(),
+                rec.size,
+                t0.elapsed().as_millis()
+            ),
+            Err(err) => {
+                println!("SUITE FAIL setup: pull {img}: {err}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let client = match Client::connect_wait(Path::new(runtime::api::SOCKET), Duration::from_secs(60)) {
+        Ok(c) => c,
+        Err(err) => {
+            println!("SUITE FAIL setup: {err}");
+            std::process::exit(1);
+        }
+    };
+    let mut s = Suite {
+        registry,
+        client,
+        pods: 0,
+    };
+    type Case = fn(&mut Suite) -> R;
+    let cases: Vec<(&str, Case)> = vec![
+        ("namespaces", namespaces),
+        ("share_process_namespace", share_process_namespace),
+        ("cgroup_values", cgroup_values),
+        ("oom_killed", oom_killed),
+        ("seccomp_blocked", seccomp_blocked),
+        ("exit_codes_and_logs", exit_codes_and_logs),
+        ("stop_grace", stop_grace),
+        ("filesystem", filesystem),
+        ("exec", exec),
+        ("log_rotation", log_rotation),
+        ("sandbox_lost", sandbox_lost),
+        ("readopt", readopt),
+        ("cycles", cycles),
+    ];
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
+    let (mut passed, mut failed) = (0, 0);
+    let mut report = |name: &str, r: R, ms: u128| match r {
+        Ok(()) => {
+            passed += 1;
+            println!("SUITE ok {name} ({ms} ms)");
+        }
+        Err(err) => {
+            failed += 1;
+            println!("SUITE FAIL {name}: {err}");
+        }
+    };
+    if wanted("hostile_images") {
+        let t = Instant::now();
+        let r = hostile_images(&mut s, &store);
+        report("hostile_images", r, t.elapsed().as_millis());
+    }
+    for (name, f) in cases {
+        if wanted(name) {
+            let t = Instant::now();
+            let r = f(&mut s);
+            report(name, r, t.elapsed().as_millis());
+        }
+    }
+    println!(
+        "SUITE done passed={passed} failed={failed} ms={}",
+        t0.elapsed().as_millis()
+    );
+    std::process::exit(i32::from(failed > 0));
+}

@@ -1,0 +1,380 @@
+//! The pod cgroup tree and its values, as SEEDS-SPEC.md §4.10-4.11 records them.
+//!
+//! ```text
+//! /kubepods.slice                                   cpu.weight from node CPUs, memory.max = allocatable
+//! /kubepods.slice/kubepods-burstable.slice          cpu.weight from the sum of Burstable requests
+//! /kubepods.slice/kubepods-besteffort.slice         cpu.weight 1
+//! <qos slice>/kubepods[-<qos>]-pod<uid_>.slice      pod: weight from requests, limits only if all set
+//! <pod slice>/nodeos-<id>.scope                     one per container, pause included
+//! ```
+//! Guaranteed pods sit directly under `kubepods.slice`. Slices written by us use the kubelet's
+//! linear shares→weight mapping; container scopes are written by libcgroups, which uses the OCI
+//! runtimes' quadratic mapping (NODE-37), so both match what the kubelet + runc produce.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where cgroup2 is mounted.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub const KUBEPODS: &str = "/kubepods.slice";
+/// The CFS period every container and pod gets (µs).
+pub const CPU_PERIOD: u64 = 100_000;
+/// Controllers enabled down the tree.
+const CONTROLLERS: &str = "+cpu +memory +pids +io";
+
+/// Kubernetes QoS classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+/// A container's requests and limits (CPU in millicores, memory in bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default)]
+    pub cpu_request: Option<u64>,
+    #[serde(default)]
+    pub cpu_limit: Option<u64>,
+    #[serde(default)]
+    pub memory_request: Option<u64>,
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
+}
+
+impl Resources {
+    /// Requests default to limits when only limits are given (API defaulting).
+    pub fn effective_cpu_request(&self) -> Option<u64> {
+        self.cpu_request.or(self.cpu_limit)
+    }
+    pub fn effective_memory_request(&self) -> Option<u64> {
+        self.memory_request.or(self.memory_limit)
+    }
+}
+
+/// The QoS class of a pod from all its containers (init containers included): Guaranteed when
+/// every container has CPU and memory limits equal to its requests, BestEffort when no container
+/// has any request or limit, Burstable otherwise.
+pub fn qos_class(containers: &[Resources]) -> Qos {
+    if containers.iter().all(|r| *r == Resources::default()) {
+        return Qos::BestEffort;
+    }
+    let guaranteed = containers.iter().all(|r| {
+        r.cpu_limit.is_some()
+            && r.memory_limit.is_some()
+            && r.effective_cpu_request() == r.cpu_limit
+            && r.effective_memory_request() == r.memory_limit
+    });
+    if guaranteed {
+        Qos::Guaranteed
+    } else {
+        Qos::Burstable
+    }
+}
+
+/// cgroup v1 shares for a CPU request: `max(2, milli × 1024 / 1000)`.
+pub fn cpu_shares(milli: u64) -> u64 {
+    (milli * 1024 / 1000).max(2)
+}
+
+/// The kubelet's linear shares→weight mapping for the slices it writes.
+pub fn slice_weight(shares: u64) -> u64 {
+    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
+}
+
+/// CFS quota (µs per [`CPU_PERIOD`]) for a CPU limit; the kernel minimum is 1000.
+pub fn cpu_quota(limit_milli: u64) -> u64 {
+    (limit_milli * CPU_PERIOD / 1000).max(1000)
+}
+
+/// `oom_score_adj` of a container process (NODE-45).
+pub fn oom_score_adj(qos: Qos, memory_request: u64, node_memory: u64, node_critical: bool) -> i32 {
+    if node_critical || qos == Qos::Guaranteed {
+        return -997;
+    }
+    if qos == Qos::BestEffort {
+        return 1000;
+    }
+    let node_memory = node_memory.max(1) as i128;
+    let adj = 1000 - (1000 * memory_request as i128) / node_memory;
+    adj.clamp(3, 999) as i32
+}
+
+/// The pause process's score (what containerd gives it).
+pub const PAUSE_OOM_SCORE_ADJ: i32 = -998;
+
+/// `7d672ea5-d2db-…` → `7d672ea5_d2db_…` (NODE-40).
+pub fn uid_for_path(uid: &str) -> String {
+    uid.replace('-', "_")
+}
+
+/// The pod slice path (relative to the cgroup root, absolute form).
+pub fn pod_slice(qos: Qos, uid: &str) -> String {
+    let uid = uid_for_path(uid);
+    match qos {
+        Qos::Guaranteed => format!("{KUBEPODS}/kubepods-pod{uid}.slice"),
+        Qos::Burstable => format!("{KUBEPODS}/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"),
+        Qos::BestEffort => format!("{KUBEPODS}/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"),
+    }
+}
+
+/// A container's scope under its pod slice.
+pub fn container_scope(pod_slice: &str, container_id: &str) -> String {
+    format!("{pod_slice}/nodeos-{container_id}.scope")
+}
+
+/// Values of a pod slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSliceValues {
+    pub cpu_weight: u64,
+    /// CFS quota, or None for `max`.
+    pub cpu_quota: Option<u64>,
+    pub memory_max: Option<u64>,
+}
+
+/// The pod slice's values from its containers (init containers included, NODE-36): weight from
+/// the sum of requests, limits only if every container has that limit.
+pub fn pod_slice_values(containers: &[Resources]) -> PodSliceValues {
+    let requests: u64 = containers
+        .iter()
+        .filter_map(Resources::effective_cpu_request)
+        .sum();
+    let all = |f: fn(&Resources) -> Option<u64>| -> Option<u64> {
+        if containers.is_empty() {
+            return None;
+        }
+        containers.iter().map(f).sum::<Option<u64>>()
+    };
+    PodSliceValues {
+        cpu_weight: slice_weight(cpu_shares(requests)),
+        cpu_quota: all(|r| r.cpu_limit).map(cpu_quota),
+        memory_max: all(|r| r.memory_limit),
+    }
+}
+
+/// Errors writing the tree.
+#[derive(Debug, thiserror::Error)]
+#[error("cgroup {path}: {source}")]
+pub struct CgroupError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+/// The cgroup tree of the node's pods, rooted at a cgroup2 mount.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    root: PathBuf,
+}
+
+impl Tree {
+    pub fn new(root: &Path) -> Self {
+        Tree {
+            root: root.to_path_buf(),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+
+    fn write(&self, rel: &str, file: &str, value: &str) -> Result<(), CgroupError> {
+        let path = self.path(rel).join(file);
+        fs::write(&path, value).map_err(|source| CgroupError { path, source })
+    }
+
+    /// Reads a cgroup file (trimmed).
+    pub fn read(&self, rel: &str, file: &str) -> Result<String, CgroupError> {
+        let path = self.path(rel).join(file);
+        fs::read_to_string(&path)
+            .map(|s| s.trim().to_string())
+            .map_err(|source| CgroupError { path, source })
+    }
+
+    /// Creates `rel` and enables the controllers for its children.
+    fn ensure(&self, rel: &str) -> Result<(), CgroupError> {
+        let path = self.path(rel);
+        fs::create_dir_all(&path).map_err(|source| CgroupError {
+            path: path.clone(),
+            source,
+        })?;
+        self.write(rel, "cgroup.subtree_control", CONTROLLERS)
+    }
+
+    /// Creates `kubepods.slice` and the QoS slices. `cpu_milli` and `memory` are the node's
+    /// allocatable CPU and memory.
+    pub fn setup_node(&self, cpu_milli: u64, memory: u64) -> Result<(), CgroupError> {
+        // The root must delegate the controllers first.
+        self.write("/", "cgroup.subtree_control", CONTROLLERS)?;
+        self.ensure(KUBEPODS)?;
+        self.write(
+            KUBEPODS,
+            "cpu.weight",
+            &slice_weight(cpu_shares(cpu_milli)).to_string(),
+        )?;
+        self.write(KUBEPODS, "memory.max", &memory.to_string())?;
+        for qos in ["burstable", "besteffort"] {
+            let rel = format!("{KUBEPODS}/kubepods-{qos}.slice");
+            self.ensure(&rel)?;
+            self.write(&rel, "cpu.weight", "1")?;
+            self.write(&rel, "memory.max", "max")?;
+        }
+        Ok(())
+    }
+
+    /// Sets the Burstable slice's weight from the sum of Burstable CPU requests (NODE-36/39).
+    pub fn set_burstable_requests(&self, cpu_milli: u64) -> Result<(), CgroupError> {
+        let rel = format!("{KUBEPODS}/kubepods-burstable.slice");
+        self.write(
+            &rel,
+            "cpu.weight",
+            &slice_weight(cpu_shares(cpu_milli)).to_string(),
+        )
+    }
+
+    /// Creates a pod slice and writes its values.
+    pub fn create_pod(&self, rel: &str, v: &PodSliceValues) -> Result<(), CgroupError> {
+        self.ensure(rel)?;
+        self.write(rel, "cpu.weight", &v.cpu_weight.to_string())?;
+        let cpu_max = match v.cpu_quota {
+            Some(q) => format!("{q} {CPU_PERIOD}"),
+            None => format!("max {CPU_PERIOD}"),
+        };
+        self.write(rel, "cpu.max", &cpu_max)?;
+        self.write(
+            rel,
+            "memory.max",
+            &v.memory_max.map_or("max".to_string(), |m| m.to_string()),
+        )?;
+        self.write(rel, "memory.oom.group", "0")
+    }
+
+    /// Removes a pod slice (and empty container scopes left under it).
+    pub fn remove_pod(&self, rel: &str) -> Result<(), CgroupError> {
+        let path = self.path(rel);
+        if let Ok(rd) = fs::read_dir(&path) {
+            for e in rd.flatten() {
+                if e.path().is_dir() {
+                    let _ = fs::remove_dir(e.path());
+                }
+            }
+        }
+        match fs::remove_dir(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(CgroupError { path, source }),
+        }
+    }
+
+    /// Whether the kernel OOM-killed something in this cgroup (`memory.events` oom_kill > 0).
+    pub fn oom_killed(&self, rel: &str) -> bool {
+        self.read(rel, "memory.events").is_ok_and(|s| {
+            s.lines().any(|l| {
+                l.strip_prefix("oom_kill ")
+                    .is_some_and(|n| n.trim().parse::<u64>().unwrap_or(0) > 0)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MI: u64 = 1024 * 1024;
+
+    #[test]
+    fn weights_match_the_observed_values() {
+        // NODE-35/37: 4 CPUs → 157, Burstable 950m → 37, CoreDNS pod 100m → 4, BestEffort → 1.
+        assert_eq!(slice_weight(cpu_shares(4000)), 157);
+        assert_eq!(slice_weight(cpu_shares(950)), 37);
+        assert_eq!(slice_weight(cpu_shares(100)), 4);
+        assert_eq!(slice_weight(cpu_shares(0)), 1);
+        assert_eq!(cpu_shares(100), 102);
+        assert_eq!(cpu_quota(1000), 100_000);
+        assert_eq!(cpu_quota(500), 50_000);
+        assert_eq!(cpu_quota(1), 1000);
+        // 170Mi = 178257920 (NODE-38).
+        assert_eq!(170 * MI, 178_257_920);
+    }
+
+    #[test]
+    fn qos_and_pod_slice_values() {
+        let coredns = Resources {
+            cpu_request: Some(100),
+            memory_request: Some(70 * MI),
+            memory_limit: Some(170 * MI),
+            ..Default::default()
+        };
+        assert_eq!(qos_class(&[coredns]), Qos::Burstable);
+        let v = pod_slice_values(&[coredns]);
+        assert_eq!(
+            v,
+            PodSliceValues {
+                cpu_weight: 4,
+                cpu_quota: None,
+                memory_max: Some(178_257_920)
+            }
+        );
+        let g = Resources {
+            cpu_limit: Some(500),
+            memory_limit: Some(64 * MI),
+            ..Default::default()
+        };
+        assert_eq!(
+            qos_class(&[g]),
+            Qos::Guaranteed,
+            "limits only: requests default to limits"
+        );
+        assert_eq!(qos_class(&[g, Resources::default()]), Qos::Burstable);
+        assert_eq!(qos_class(&[Resources::default()]), Qos::BestEffort);
+        let v = pod_slice_values(&[g, g]);
+        assert_eq!(v.cpu_quota, Some(100_000));
+        assert_eq!(v.memory_max, Some(128 * MI));
+        let v = pod_slice_values(&[g, coredns]);
+        assert_eq!(
+            (v.cpu_quota, v.memory_max),
+            (None, Some(234 * MI)),
+            "cpu limit missing on one container"
+        );
+        assert_eq!(pod_slice_values(&[Resources::default()]).cpu_weight, 1);
+    }
+
+    #[test]
+    fn oom_scores() {
+        let node = 8_320_299_008; // 7.75 GiB
+        assert_eq!(
+            oom_score_adj(Qos::Burstable, 70 * MI, node, false),
+            992,
+            "CoreDNS"
+        );
+        assert_eq!(oom_score_adj(Qos::Guaranteed, 0, node, false), -997);
+        assert_eq!(
+            oom_score_adj(Qos::Burstable, 0, node, true),
+            -997,
+            "system-node-critical"
+        );
+        assert_eq!(oom_score_adj(Qos::BestEffort, 0, node, false), 1000);
+        assert_eq!(oom_score_adj(Qos::Burstable, 0, node, false), 999);
+        assert_eq!(oom_score_adj(Qos::Burstable, node, node, false), 3);
+    }
+
+    #[test]
+    fn paths() {
+        let uid = "7d672ea5-d2db-4c8e-be14-cd10571ef470";
+        assert_eq!(
+            pod_slice(Qos::Burstable, uid),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7d672ea5_d2db_4c8e_be14_cd10571ef470.slice"
+        );
+        assert_eq!(
+            pod_slice(Qos::Guaranteed, "a-b"),
+            "/kubepods.slice/kubepods-poda_b.slice"
+        );
+        assert_eq!(container_scope("/p.slice", "abc"), "/p.slice/nodeos-abc.scope");
+    }
+}

@@ -1,0 +1,303 @@
+//! OCI runtime specs (`config.json`) for pause sandboxes and containers, written as JSON (the
+//! form libcontainer reads from a bundle).
+
+use serde_json::{Value, json};
+
+use crate::api::{ContainerConfig, Mount};
+use crate::cgroups::{self, Resources};
+use crate::image::store::ImageConfig;
+use crate::seccomp::Profile;
+
+/// containerd's default capability set, minus CAP_MKNOD: device access is not restricted by a
+/// device cgroup here (libcgroups' v2 device controller needs eBPF through a C library we do not
+/// link), so containers may not create device nodes at all.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+/// containerd's masked and read-only paths.
+pub const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+pub const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// The PATH a container gets when its image sets none.
+pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn base_mounts() -> Vec<Value> {
+    vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}),
+    ]
+}
+
+fn bind(source: &str, destination: &str, read_only: bool) -> Value {
+    let mut options = vec!["rbind", "rprivate"];
+    if read_only {
+        options.push("ro");
+    }
+    json!({"destination": destination, "type": "bind", "source": source, "options": options})
+}
+
+/// The pause sandbox: new pid, ipc, uts, network and mount namespaces; `pause_root` holds the
+/// node binary as `/pause`.
+pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["/pause", "pause"],
+            "env": [DEFAULT_PATH],
+            "cwd": "/",
+            "capabilities": {"bounding": DEFAULT_CAPS, "effective": DEFAULT_CAPS, "permitted": DEFAULT_CAPS},
+            "noNewPrivileges": true,
+            "oomScoreAdj": cgroups::PAUSE_OOM_SCORE_ADJ,
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": hostname,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=64k"]},
+        ],
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "mount"}],
+            "cgroupsPath": cgroup,
+            "resources": {"cpu": {"shares": 2}},
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+        },
+    })
+}
+
+/// Where a container's pod-level files live, and the sandbox's namespaces.
+#[derive(Debug, Clone)]
+pub struct SandboxPaths {
+    pub pause_pid: i32,
+    pub share_pid: bool,
+    pub hosts: String,
+    pub hostname: String,
+    pub resolv_conf: String,
+    pub shm: String,
+}
+
+/// The process args: Kubernetes' command/args rules over the image's entrypoint/cmd.
+pub fn process_args(cfg: &ContainerConfig, image: &ImageConfig) -> Vec<String> {
+    match (cfg.command.is_empty(), cfg.args.is_empty()) {
+        (false, false) => cfg.command.iter().chain(&cfg.args).cloned().collect(),
+        (false, true) => cfg.command.clone(),
+        (true, false) => image.entrypoint.iter().chain(&cfg.args).cloned().collect(),
+        (true, true) => image.entrypoint.iter().chain(&image.cmd).cloned().collect(),
+    }
+}
+
+/// Image env, then the container's (a later NAME replaces an earlier one); PATH guaranteed.
+pub fn environment(cfg: &ContainerConfig, image: &ImageConfig) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in image.env.iter().chain(&cfg.env) {
+        let name = e.split('=').next().unwrap_or("");
+        out.retain(|x| x.split('=').next() != Some(name));
+        out.push(e.clone());
+    }
+    if !out.iter().any(|e| e.starts_with("PATH=")) {
+        out.insert(0, DEFAULT_PATH.to_string());
+    }
+    out
+}
+
+/// The image's `User` when it is numeric (`uid` or `uid:gid`); names need the image's
+/// /etc/passwd and are resolved by the caller.
+pub fn numeric_user(user: &str) -> Option<(u32, Option<u32>)> {
+    let (u, g) = user.split_once(':').map_or((user, None), |(u, g)| (u, Some(g)));
+    let uid = u.parse().ok()?;
+    let gid = match g {
+        Some(g) => Some(g.parse().ok()?),
+        None => None,
+    };
+    Some((uid, gid))
+}
+
+/// A container's spec. `oom_score_adj` and the cgroup path are computed by the caller.
+pub fn container(
+    cfg: &ContainerConfig,
+    image: &ImageConfig,
+    sb: &SandboxPaths,
+    cgroup: &str,
+    oom_score_adj: i32,
+    user: (u32, u32),
+) -> Value {
+    let r: &Resources = &cfg.resources;
+    let mut cpu = json!({"shares": cgroups::cpu_shares(r.effective_cpu_request().unwrap_or(0)), "period": cgroups::CPU_PERIOD});
+    if let Some(l) = r.cpu_limit {
+        cpu["quota"] = json!(cgroups::cpu_quota(l));
+    }
+    let mut resources = json!({"cpu": cpu, "unified": {"memory.oom.group": "1"}});
+    if let Some(m) = r.memory_limit {
+        resources["memory"] = json!({"limit": m});
+    }
+    let ns = |kind: &str| json!({"type": kind, "path": format!("/proc/{}/ns/{kind}", sb.pause_pid)});
+    let net = json!({"type": "network", "path": format!("/proc/{}/ns/net", sb.pause_pid)});
+    let pid = if sb.share_pid {
+        ns("pid")
+    } else {
+        json!({"type": "pid"})
+    };
+    let mut mounts = base_mounts();
+    mounts.push(bind(&sb.shm, "/dev/shm", false));
+    mounts.push(bind(&sb.hosts, "/etc/hosts", false));
+    mounts.push(bind(&sb.hostname, "/etc/hostname", false));
+    mounts.push(bind(&sb.resolv_conf, "/etc/resolv.conf", false));
+    for Mount {
+        host_path,
+        container_path,
+        read_only,
+    } in &cfg.mounts
+    {
+        mounts.push(bind(&host_path.to_string_lossy(), container_path, *read_only));
+    }
+    let cwd = cfg
+        .working_dir
+        .clone()
+        .filter(|w| !w.is_empty())
+        .or_else(|| Some(image.working_dir.clone()).filter(|w| !w.is_empty()))
+        .unwrap_or_else(|| "/".into());
+    let seccomp = cfg.seccomp != Profile::Unconfined;
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": user.0, "gid": user.1, "additionalGids": cfg.supplemental_groups},
+            "args": process_args(cfg, image),
+            "env": environment(cfg, image),
+            "cwd": cwd,
+            "capabilities": {"bounding": DEFAULT_CAPS, "effective": DEFAULT_CAPS, "permitted": DEFAULT_CAPS},
+            "noNewPrivileges": cfg.no_new_privileges || seccomp,
+            "oomScoreAdj": oom_score_adj,
+        },
+        "root": {"path": "rootfs", "readonly": cfg.read_only_root_filesystem},
+        "mounts": mounts,
+        "linux": {
+            "namespaces": [pid, {"type": "mount"}, {"type": "cgroup"}, net, ns("ipc"), ns("uts")],
+            "cgroupsPath": cgroup,
+            "resources": resources,
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_and_args_follow_kubernetes_rules() {
+        let image = ImageConfig {
+            entrypoint: vec!["/ep".into()],
+            cmd: vec!["a".into()],
+            ..Default::default()
+        };
+        let mut c = ContainerConfig::default();
+        assert_eq!(process_args(&c, &image), ["/ep", "a"]);
+        c.args = vec!["b".into()];
+        assert_eq!(process_args(&c, &image), ["/ep", "b"]);
+        c.command = vec!["/x".into()];
+        assert_eq!(process_args(&c, &image), ["/x", "b"]);
+        c.args.clear();
+        assert_eq!(
+            process_args(&c, &image),
+            ["/x"],
+            "command alone drops the image cmd"
+        );
+    }
+
+    #[test]
+    fn environment_and_users() {
+        let image = ImageConfig {
+            env: vec!["A=1".into(), "B=2".into()],
+            ..Default::default()
+        };
+        let c = ContainerConfig {
+            env: vec!["B=3".into()],
+            ..Default::default()
+        };
+        assert_eq!(environment(&c, &image), [DEFAULT_PATH, "A=1", "B=3"]);
+        assert_eq!(numeric_user("1000"), Some((1000, None)));
+        assert_eq!(numeric_user("1000:50"), Some((1000, Some(50))));
+        assert_eq!(numeric_user("nobody"), None);
+    }
+
+    #[test]
+    fn container_spec_values() {
+        let sb = SandboxPaths {
+            pause_pid: 42,
+            share_pid: false,
+            hosts: "/h".into(),
+            hostname: "/n".into(),
+            resolv_conf: "/r".into(),
+            shm: "/s".into(),
+        };
+        let c = ContainerConfig {
+            resources: Resources {
+                cpu_request: Some(100),
+                cpu_limit: Some(500),
+                memory_limit: Some(64 << 20),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, (0, 0));
+        assert_eq!(
+            s["linux"]["resources"]["cpu"],
+            json!({"shares": 102, "quota": 50000, "period": 100000})
+        );
+        assert_eq!(s["linux"]["resources"]["memory"]["limit"], json!(67108864));
+        assert_eq!(s["linux"]["resources"]["unified"]["memory.oom.group"], "1");
+        assert_eq!(s["linux"]["namespaces"][3]["path"], "/proc/42/ns/net");
+        assert_eq!(s["linux"]["namespaces"][0], json!({"type": "pid"}));
+        assert_eq!(
+            s["process"]["noNewPrivileges"], true,
+            "seccomp implies no_new_privs"
+        );
+        assert_eq!(s["process"]["oomScoreAdj"], 992);
+        assert!(
+            !s["process"]["capabilities"]["bounding"]
+                .as_array()
+                .expect("caps")
+                .contains(&json!("CAP_MKNOD"))
+        );
+    }
+}
