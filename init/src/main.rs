@@ -27,11 +27,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Some("pause") => {
-            // The sandbox's fresh network namespace starts with loopback down.
-            let _ = init::sys::link_up("lo");
-            runtime::pause::run()
-        }
+        Some("pause") => runtime::pause::run(),
         Some("runtime") => {
             let console = init::sys::dup_cloexec(2, 100).ok();
             // libcgroups warns about rdma/misc on every create and libcontainer about seccomp (we

@@ -146,7 +146,7 @@ fn refuses_corrupted_and_truncated_blobs_and_keeps_nothing() {
     assert!(s.list().expect("list").is_empty(), "no image recorded");
     assert!(!s.layer_dir(&top).exists(), "no damaged layer kept");
     assert_eq!(
-        names(&root.path().join("tmp")),
+        names(s.tmp_dir()),
         Vec::<String>::new(),
         "no partial files left"
     );
@@ -190,7 +190,7 @@ fn refuses_every_hostile_layer_and_writes_nothing_outside() {
     }
     // Only the shared busybox base layer was kept; nothing half-written, nothing escaped.
     assert_eq!(names(&root.path().join("layers")).len(), 1);
-    assert_eq!(names(&root.path().join("tmp")), Vec::<String>::new());
+    assert_eq!(names(s.tmp_dir()), Vec::<String>::new());
     assert!(!Path::new("/tmp/escaped").exists());
     assert!(!root.path().join("escaped").exists());
 }

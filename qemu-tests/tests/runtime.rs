@@ -18,6 +18,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 const CASES: &[&str] = &[
     "hostile_images",
     "namespaces",
+    "pod_network",
     "share_process_namespace",
     "cgroup_values",
     "oom_killed",

@@ -8,6 +8,7 @@ pub mod api;
 pub mod cgroups;
 pub mod image;
 pub mod logs;
+pub mod net;
 pub mod pause;
 pub mod probe;
 pub mod seccomp;

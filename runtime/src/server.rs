@@ -40,8 +40,12 @@ use crate::api::{
 use crate::cgroups::{self, Qos, Tree};
 use crate::image::store::ImageStore;
 use crate::logs::{LogWriter, Stream};
+use crate::net::{self, Cidr};
 use crate::seccomp::{Profile, SeccompExecutor};
 use crate::spec;
+
+/// Written by init once the background kernel modules (bridge, veth, overlay, ...) are loaded.
+pub const MODULES_DONE: &str = "/run/nodeos/modules.done";
 
 /// Settings of the runtime process.
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub struct Options {
     pub cgroup_root: PathBuf,
     pub log_max_size: u64,
     pub log_max_files: usize,
+    /// The node's pod network (the bridge gets its first address).
+    pub pod_cidr: Cidr,
 }
 
 impl Default for Options {
@@ -64,6 +70,11 @@ impl Default for Options {
             cgroup_root: PathBuf::from(cgroups::CGROUP_ROOT),
             log_max_size: crate::logs::DEFAULT_MAX_SIZE,
             log_max_files: crate::logs::DEFAULT_MAX_FILES,
+            // The pod CIDR when the node is given none.
+            pod_cidr: Cidr {
+                addr: std::net::Ipv4Addr::new(10, 244, 0, 0),
+                prefix: 24,
+            },
         }
     }
 }
@@ -176,6 +187,8 @@ pub struct Runtime {
     execs: BTreeMap<String, ExecProc>,
     /// Deferred replies: (connection, reply).
     outbox: Vec<(u64, Reply)>,
+    /// The pod bridge's interface index, once created.
+    bridge: Option<i32>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -243,6 +256,7 @@ impl Runtime {
             containers: BTreeMap::new(),
             execs: BTreeMap::new(),
             outbox: Vec::new(),
+            bridge: None,
         };
         rt.reload();
         rt.update_burstable()?;
@@ -423,10 +437,11 @@ impl Runtime {
         };
         let result = self.setup_sandbox(&id, &dir, &config, &slice);
         match result {
-            Ok((pid, pidfd)) => {
+            Ok((pid, pidfd, ip)) => {
                 let mut status = status;
                 status.ready = true;
                 status.pause_pid = Some(pid);
+                status.ip = Some(ip.to_string());
                 self.sandboxes.insert(
                     id.clone(),
                     Sandbox {
@@ -456,7 +471,7 @@ impl Runtime {
         dir: &Path,
         config: &SandboxConfig,
         slice: &str,
-    ) -> Result<(i32, OwnedFd), RuntimeError> {
+    ) -> Result<(i32, OwnedFd, std::net::Ipv4Addr), RuntimeError> {
         let hostname = config.hostname.clone().unwrap_or_else(|| config.name.clone());
         let bundle = dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(io_ctx(bundle.display().to_string()))?;
@@ -527,11 +542,44 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::Invalid("pause container has no pid".into()))?;
         c.start().map_err(lc_err("starting the pause container"))?;
         let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
-        Ok((pid, pidfd))
+        let bridge = self.ensure_bridge()?;
+        let used: Vec<std::net::Ipv4Addr> = self
+            .sandboxes
+            .values()
+            .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
+            .collect();
+        let ip =
+            self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
+                RuntimeError::Invalid(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
+            })?;
+        net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(io_ctx("pod network"))?;
+        Ok((pid, pidfd, ip))
+    }
+
+    /// The pod bridge, created on first use: its kernel module loads in the background after
+    /// boot, so this waits (up to 30 s) for init's "modules done" marker first.
+    fn ensure_bridge(&mut self) -> Result<i32, RuntimeError> {
+        if let Some(b) = self.bridge {
+            return Ok(b);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !Path::new(MODULES_DONE).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = fs::write("/proc/sys/net/ipv4/ip_forward", "1");
+        let idx = net::Netlink::open()
+            .and_then(|mut nl| nl.ensure_bridge(net::BRIDGE, &self.opts.pod_cidr))
+            .map_err(io_ctx(format!("pod bridge {}", net::BRIDGE)))?;
+        tracing::info!(bridge = net::BRIDGE, cidr = %self.opts.pod_cidr, "pod network ready");
+        self.bridge = Some(idx);
+        Ok(idx)
     }
 
     /// Best-effort removal of everything a sandbox owns on the host.
     fn teardown_sandbox_dir(&mut self, id: &str, dir: &Path, slice: &str) {
+        if let Err(e) = net::detach(id) {
+            tracing::warn!(sandbox = id, error = %e, "veth not removed");
+        }
         if let Ok(mut c) = Container::load(self.youki_root.join(id)) {
             let _ = c.delete(true);
         }

@@ -203,6 +203,40 @@ fn namespaces(s: &mut Suite) -> R {
     s.remove_pod(&sb)
 }
 
+fn pod_network(s: &mut Suite) -> R {
+    let a = s.sandbox("net-a", &[Resources::default()], false)?;
+    let b = s.sandbox("net-b", &[Resources::default()], false)?;
+    let (ip_a, ip_b) = (
+        a.ip.clone().ok_or("pod a has no IP")?,
+        b.ip.clone().ok_or("pod b has no IP")?,
+    );
+    ensure(
+        ip_a != ip_b && ip_a.starts_with("10.244.0.") && ip_b.starts_with("10.244.0."),
+        || format!("{ip_a} {ip_b}"),
+    )?;
+    let script = format!(
+        "ip -4 -o addr show eth0; ip route; ping -c 1 -W 5 {ip_a} >/dev/null && echo PING_OK; ip -o link show lo"
+    );
+    let c = s.container(&b, "probe", &script, Resources::default())?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+    let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+    ensure(log.contains(&format!("inet {ip_b}/24")), || {
+        format!("eth0 address: {log}")
+    })?;
+    ensure(log.contains("default via 10.244.0.1 dev eth0"), || {
+        format!("route: {log}")
+    })?;
+    ensure(log.contains("PING_OK"), || {
+        format!("pod-to-pod ping failed: {log}")
+    })?;
+    ensure(log.contains("<LOOPBACK,UP"), || format!("loopback down: {log}"))?;
+    let veth = format!("/sys/class/net/{}", runtime::net::veth_name(&a.id));
+    ensure(Path::new(&veth).exists(), || format!("{veth} missing"))?;
+    s.remove_pod(&a)?;
+    ensure(!Path::new(&veth).exists(), || format!("{veth} left behind"))?;
+    s.remove_pod(&b)
+}
+
 fn share_process_namespace(s: &mut Suite) -> R {
     let sb = s.sandbox("shared-pid", &[Resources::default()], true)?;
     let c = s.container(&sb, "a", "ps -o pid,args; sleep 1000", Resources::default())?;
@@ -894,6 +928,7 @@ fn main() {
     type Case = fn(&mut Suite) -> R;
     let cases: Vec<(&str, Case)> = vec![
         ("namespaces", namespaces),
+        ("pod_network", pod_network),
         ("share_process_namespace", share_process_namespace),
         ("cgroup_values", cgroup_values),
         ("oom_killed", oom_killed),

@@ -202,6 +202,8 @@ pub struct PullOptions {
 #[derive(Debug)]
 pub struct ImageStore {
     root: PathBuf,
+    /// This process's scratch directory (`tmp/<pid>`).
+    tmp: PathBuf,
     client: Client,
     insecure: Vec<String>,
     arch: String,
@@ -224,12 +226,29 @@ impl ImageStore {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(io_at(&p))?;
         }
-        let tmp = root.join("tmp");
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+        // Each process works in tmp/<pid>; what dead processes left there is removed.
+        let all_tmp = root.join("tmp");
+        fs::create_dir_all(&all_tmp).map_err(io_at(&all_tmp))?;
+        let me = std::process::id();
+        for e in fs::read_dir(&all_tmp).map_err(io_at(&all_tmp))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let alive = name
+                .parse::<u32>()
+                .is_ok_and(|p| p != me && Path::new(&format!("/proc/{p}")).exists());
+            if !alive {
+                let p = e.path();
+                let r = if p.is_dir() {
+                    fs::remove_dir_all(&p)
+                } else {
+                    fs::remove_file(&p)
+                };
+                r.map_err(io_at(&p))?;
+            }
         }
+        let tmp = all_tmp.join(me.to_string());
         fs::create_dir_all(&tmp).map_err(io_at(&tmp))?;
         Ok(ImageStore {
+            tmp,
             root: root.to_path_buf(),
             client,
             insecure,
@@ -243,6 +262,11 @@ impl ImageStore {
     pub fn with_architecture(mut self, arch: &str) -> Self {
         self.arch = arch.to_string();
         self
+    }
+
+    /// This process's scratch directory: empty between operations.
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp
     }
 
     /// How many layer blobs this store has downloaded since it was opened.
@@ -340,9 +364,8 @@ impl ImageStore {
     }
 
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-        let tmp = self.root.join("tmp").join(format!(
-            "w-{}-{}",
-            std::process::id(),
+        let tmp = self.tmp.join(format!(
+            "w-{}",
             path.file_name().and_then(|n| n.to_str()).unwrap_or("x")
         ));
         let mut f = fs::File::create(&tmp).map_err(io_at(&tmp))?;
@@ -436,7 +459,7 @@ impl ImageStore {
             return Ok(());
         }
         let hex = layer.digest.trim_start_matches("sha256:");
-        let tmp = self.root.join("tmp");
+        let tmp = &self.tmp;
         let blob_path = tmp.join(format!("{hex}.blob"));
         let dir_path = tmp.join(format!("{hex}.dir"));
         let result = (|| {
@@ -457,7 +480,11 @@ impl ImageStore {
                     actual,
                 });
             }
-            fs::rename(&dir_path, &dest).map_err(io_at(&dest))
+            match fs::rename(&dir_path, &dest) {
+                // Another process stored the same layer meanwhile: theirs is as good as ours.
+                Err(_) if dest.is_dir() => fs::remove_dir_all(&dir_path).map_err(io_at(&dir_path)),
+                r => r.map_err(io_at(&dest)),
+            }
         })();
         let _ = fs::remove_file(&blob_path);
         if result.is_err() && dir_path.exists() {
@@ -474,10 +501,7 @@ impl ImageStore {
         let dir = if meta.is_dir() {
             path.to_path_buf()
         } else {
-            extracted = self
-                .root
-                .join("tmp")
-                .join(format!("layout-{}", std::process::id()));
+            extracted = self.tmp.join("layout");
             let _ = fs::remove_dir_all(&extracted);
             fs::create_dir_all(&extracted).map_err(io_at(&extracted))?;
             let f = fs::File::open(path).map_err(io_at(path))?;
