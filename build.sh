@@ -164,14 +164,31 @@ cmd_build() {
     || die "building the host tools failed"
 }
 
-# The in-guest test suites (static, per arch): built only for the VM tests.
-build_suites() {
+# In-guest programs of the runtime crate (static, per arch): built only for VM tests/benchmarks.
+build_guest_bin() {
   local a
   for a in $ARCHES_ALL; do
-    step "build: in-guest runtime suite for $a" \
-      cargo build --release --locked --target "$(triple "$a")" -p runtime --bin runtime-suite \
-      || die "building the $a runtime suite failed"
+    step "build: in-guest $1 for $a" \
+      cargo build --release --locked --target "$(triple "$a")" -p runtime --bin "$1" \
+      || die "building the $a $1 failed"
   done
+}
+
+# Debian's runc and crun with the libraries they load, unpacked into one root per arch (the
+# runtime benchmark appends it to the guest's initramfs).
+BENCH_DEBS=(runc crun libc6 libgcc-s1 libcap2 libgcrypt20 libgpg-error0 liblz4-1 liblzma5 libseccomp2
+            libsystemd0 libyajl2 libzstd1)
+fetch_bench_root() {
+  local da; da=$(deb_arch "$1")
+  local dir="$CACHE_DIR/bench/$da"
+  [ -f "$dir/ok" ] && return 0
+  rm -rf "$dir"; mkdir -p "$dir/root"
+  local p
+  for p in "${BENCH_DEBS[@]}"; do
+    apt_fetch_verified "$p:$da" "$dir/pkgs/$p" || die "apt-get download $p:$da failed"
+    cp -a "$dir/pkgs/$p/root/." "$dir/root/"
+  done
+  touch "$dir/ok"
 }
 
 stub_for() {
@@ -238,7 +255,7 @@ cmd_test() {
   if [ "$suite" = vm ] || [ "$suite" = runtime ] || [ "$suite" = all ]; then
     mkdir -p "$OUT_DIR"
     cmd_image --arch all
-    build_suites
+    build_guest_bin runtime-suite
     export NODEOS_OUT="$OUT_DIR" NODEOS_KERNEL_CACHE="$CACHE_DIR/kernel/$KERNEL_VERSION" NODEOS_STUB_CACHE="$CACHE_DIR/stub"
     local which=(--test '*'); [ "$suite" = runtime ] && which=(--test runtime)
     step "test: VM tests ($suite; QEMU TCG, both arches)" \
@@ -247,7 +264,7 @@ cmd_test() {
   fi
 }
 
-# bench [boot|api]
+# bench [boot|api|runtime]
 cmd_bench() {
   local name="${1:-boot}"
   case "$name" in
@@ -265,7 +282,16 @@ cmd_bench() {
       "$CARGO_TARGET_DIR/release/api-bench" "$OUT_DIR/bench/api.json" || die "the API benchmark failed"
       say "bench api -> $OUT_DIR/bench/api.json"
       ;;
-    *) die "unknown benchmark '$name' (boot or api)" ;;
+    runtime)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_image --arch all
+      build_guest_bin runtime-bench
+      local a; for a in $ARCHES_ALL; do fetch_bench_root "$a"; done
+      NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" bench-runtime --runs "${BENCH_RUNS:-20}" --json "$OUT_DIR/bench/runtime.json" \
+        || die "the runtime benchmark failed"
+      say "bench runtime -> $OUT_DIR/bench/runtime.json"
+      ;;
+    *) die "unknown benchmark '$name' (boot, api or runtime)" ;;
   esac
 }
 
@@ -278,7 +304,7 @@ main() {
     run)   cmd_run "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|runtime|all]|bench [boot|api]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|runtime|all]|bench [boot|api|runtime]" ;;
   esac
 }
 main "$@"

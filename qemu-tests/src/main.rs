@@ -13,7 +13,7 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn usage() -> ! {
     eprintln!(
-        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE"
+        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-runtime [--runs N] [--arch ARCH|all] --json FILE"
     );
     std::process::exit(2)
 }
@@ -42,6 +42,15 @@ fn main() -> Result<()> {
             };
             let json = PathBuf::from(value("--json").unwrap_or_else(|| usage()));
             bench_boot(&arches, runs, &json)
+        }
+        Some("bench-runtime") => {
+            let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(20);
+            let arches = match value("--arch").as_deref() {
+                None | Some("all") => Arch::ALL.to_vec(),
+                Some(a) => vec![Arch::parse(a)?],
+            };
+            let json = PathBuf::from(value("--json").unwrap_or_else(|| usage()));
+            bench_runtime(&arches, runs, &json)
         }
         _ => usage(),
     }
@@ -203,6 +212,52 @@ fn file_size(p: &std::path::Path) -> Result<u64> {
     Ok(std::fs::metadata(p)
         .with_context(|| format!("{} (run ./build.sh image)", p.display()))?
         .len())
+}
+
+/// Runtime benchmark: `runtime-bench` in a node VM per arch, with Debian's runc and crun (and
+/// their libraries, from `$NODEOS_CACHE/bench/<arch>/root`) appended to the initramfs.
+fn bench_runtime(arches: &[Arch], runs: usize, json: &std::path::Path) -> Result<()> {
+    let cache = std::env::var_os("NODEOS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| qemu_tests::vm::target_dir().join("cache"));
+    let mut results = serde_json::Map::new();
+    for &arch in arches {
+        let da = if arch == Arch::X86_64 { "amd64" } else { "arm64" };
+        let root = cache.join("bench").join(da).join("root");
+        let extra = qemu_tests::guest::tree_entries(
+            &root,
+            &format!("{}/bench/root", qemu_tests::guest::GUEST_DIR),
+            &["usr/share", "etc", "usr/lib/systemd", "usr/libexec"],
+        )
+        .with_context(|| format!("{} (./build.sh bench runtime fetches it)", root.display()))?;
+        let runs_arg = runs.to_string();
+        let (console, logs) = qemu_tests::guest::run_guest_program(
+            arch,
+            "bench-runtime",
+            "runtime-bench",
+            &["--runs", &runs_arg],
+            extra,
+            "BENCH done",
+            Duration::from_secs(1800),
+        )?;
+        let mut arch_results = serde_json::Map::new();
+        for l in console.lines() {
+            if let Some(err) = l.strip_prefix("BENCH error: ") {
+                bail!("{arch:?}: {err} (logs in {})", logs.display());
+            }
+            if let Some(j) = l.strip_prefix("BENCH {")
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&format!("{{{j}"))
+                && let Some(name) = v.get("name").and_then(|n| n.as_str())
+            {
+                arch_results.insert(name.to_string(), v.clone());
+            }
+        }
+        results.insert(arch.name().to_string(), serde_json::Value::Object(arch_results));
+    }
+    let doc = serde_json::json!({ "benchmark": "runtime", "accel": "tcg", "vcpus": 2, "results": results });
+    std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
 }
 
 /// Boot benchmark: our init (onReady=poweroff) vs a do-nothing /init on the same kernel,

@@ -158,9 +158,13 @@ impl VmConfig {
     }
 
     /// Appends files to the initramfs (direct boot only): the node's `initramfs.img` followed by
-    /// an uncompressed cpio of `files` ((path in the guest, content, mode)), written to `dir`.
+    /// an uncompressed cpio of `files` ((path in the guest, node, mode)), written to `dir`.
     /// The kernel unpacks concatenated archives in order.
-    pub fn with_extra_initrd(mut self, dir: &Path, files: &[(&str, Vec<u8>, u32)]) -> Result<Self> {
+    pub fn with_extra_initrd(
+        mut self,
+        dir: &Path,
+        files: &[(String, image::cpio::Node, u32)],
+    ) -> Result<Self> {
         if let Boot::Direct { initrd, .. } = &mut self.boot {
             let mut bytes =
                 std::fs::read(&*initrd).with_context(|| format!("reading {}", initrd.display()))?;
@@ -168,8 +172,8 @@ impl VmConfig {
                 bytes.push(0);
             }
             let mut extra = image::cpio::Archive::new(0);
-            for (path, content, mode) in files {
-                extra.add(path, image::cpio::Node::File(content.clone()), *mode);
+            for (path, node, mode) in files {
+                extra.add(path, node.clone(), *mode);
             }
             extra.write_to(&mut bytes)?;
             let out = dir.join(format!("initramfs-{}.img", self.arch.name()));

@@ -145,11 +145,7 @@ fn refuses_corrupted_and_truncated_blobs_and_keeps_nothing() {
     assert!(err.to_string().contains("size mismatch"), "{err}");
     assert!(s.list().expect("list").is_empty(), "no image recorded");
     assert!(!s.layer_dir(&top).exists(), "no damaged layer kept");
-    assert_eq!(
-        names(s.tmp_dir()),
-        Vec::<String>::new(),
-        "no partial files left"
-    );
+    assert_eq!(names(s.tmp_dir()), Vec::<String>::new(), "no partial files left");
 }
 
 #[test]

@@ -190,6 +190,10 @@ pub enum Request {
         id: String,
         timeout_seconds: u64,
     },
+    /// Replies once the container has exited.
+    WaitContainer {
+        id: String,
+    },
     RemoveContainer {
         id: String,
     },
@@ -356,6 +360,10 @@ impl Client {
             id: id.into(),
             timeout_seconds,
         })
+    }
+
+    pub fn wait_container(&mut self, id: &str) -> Result<ContainerStatus, ClientError> {
+        self.container_reply(&Request::WaitContainer { id: id.into() })
     }
 
     pub fn container_status(&mut self, id: &str) -> Result<ContainerStatus, ClientError> {

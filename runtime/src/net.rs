@@ -355,7 +355,8 @@ pub fn detach(sandbox_id: &str) -> io::Result<()> {
         return Ok(());
     };
     match Netlink::open()?.delete_link(idx) {
-        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+        // The pod's namespace died with its pause process and took the pair along meanwhile.
+        Err(_) if name_index(&veth_name(sandbox_id)).is_err() => Ok(()),
         r => r,
     }
 }

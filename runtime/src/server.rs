@@ -379,6 +379,16 @@ impl Runtime {
                 Ok(false) => self.status(&id).map(|status| Reply::Container { status }),
                 Err(e) => Err(e),
             },
+            Request::WaitContainer { id } => match self.containers.get_mut(&id) {
+                None => Err(RuntimeError::NotFound(format!("container {id} not found"))),
+                Some(c) if c.rec.status.state == State::Exited => Ok(Reply::Container {
+                    status: c.rec.status.clone(),
+                }),
+                Some(c) => {
+                    c.waiters.push(conn);
+                    return None;
+                }
+            },
             Request::RemoveContainer { id } => self.remove_container(&id).map(|()| Reply::Ok),
             Request::ContainerStatus { id } => self.status(&id).map(|status| Reply::Container { status }),
             Request::ListContainers => Ok(Reply::Containers {

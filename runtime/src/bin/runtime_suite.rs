@@ -91,18 +91,15 @@ impl Suite {
         self.client.start_container(&c.id).map_err(e("start container"))
     }
 
+    /// Waits for the exit (the runtime replies when it happens); `timeout` only bounds a
+    /// polling fallback when the wait itself fails.
     fn wait_exit(&mut self, id: &str, timeout: Duration) -> R<ContainerStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let s = self.client.container_status(id).map_err(e("status"))?;
-            if s.state == State::Exited {
-                return Ok(s);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("container {} did not exit within {timeout:?}", s.name));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let t0 = Instant::now();
+        let st = self.client.wait_container(id).map_err(e("wait"))?;
+        ensure(st.state == State::Exited && t0.elapsed() <= timeout, || {
+            format!("{} not exited within {timeout:?}", st.name)
+        })?;
+        Ok(st)
     }
 
     fn remove_pod(&mut self, sb: &SandboxStatus) -> R {
