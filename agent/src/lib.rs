@@ -1,11 +1,12 @@
-//! The node agent (the kubelet's job). Today it probes the runtime's host capabilities, reports the
-//! containers a previous run left behind, and serves its TLS endpoint (`/healthz`); registration,
-//! pod workers and the rest come with the control-plane and runtime issues.
+//! The node agent (the kubelet's job): joins the control plane (TLS bootstrap, Node, Lease), runs
+//! the pods bound to its node through the runtime process (`pods`), and serves its TLS endpoint
+//! (`/healthz`).
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod node;
+pub mod pods;
 mod server;
 
 use std::net::SocketAddr;
@@ -20,8 +21,6 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// Root of the cgroup v2 hierarchy.
     pub cgroup_root: PathBuf,
-    /// The runtime's container state directory.
-    pub state_root: PathBuf,
     /// Names the serving certificate is issued for.
     pub server_names: Vec<String>,
     /// What init hands the agent (node name, address, control plane).
@@ -35,7 +34,6 @@ impl Default for AgentConfig {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
-            state_root: PathBuf::from("/run/nodeos/containers"),
             server_names: vec![hostname(), "localhost".into()],
             settings_path: PathBuf::from("/run/nodeos/agent.json"),
             identity_dir: PathBuf::from("/run/nodeos/agent"),
@@ -71,10 +69,6 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     match runtime::probe::probe_host(&cfg.cgroup_root) {
         Ok(p) => tracing::info!(unified = p.unified_cgroups, controllers = ?p.controllers, "cgroups"),
         Err(e) => tracing::warn!(error = %e, "cannot probe cgroups"),
-    }
-    match runtime::probe::known_containers(&cfg.state_root) {
-        Ok(list) => tracing::info!(containers = list.len(), "runtime state"),
-        Err(e) => tracing::warn!(error = %e, "cannot read runtime state"),
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

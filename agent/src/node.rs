@@ -26,6 +26,9 @@ pub struct JoinSettings {
     #[serde(rename = "nodeIP")]
     pub node_ip: Option<String>,
     pub control_plane: Option<ControlPlane>,
+    /// Registries reached over plain HTTP.
+    #[serde(default)]
+    pub insecure_registries: Vec<String>,
 }
 
 /// The control plane to join.
@@ -334,6 +337,14 @@ pub async fn run(settings: JoinSettings, state_dir: PathBuf) {
         }
     };
     tracing::info!(node = %name, server = %cp.server, "node registered");
+    tokio::spawn(crate::pods::run(
+        client.clone(),
+        crate::pods::PodSettings {
+            node: name.clone(),
+            node_ip: settings.node_ip.clone(),
+            insecure_registries: settings.insecure_registries.clone(),
+        },
+    ));
     let mut lease = tokio::time::interval(LEASE_RENEW);
     let mut status = tokio::time::interval(STATUS_UPDATE);
     let mut renewed = 0u64;

@@ -80,6 +80,17 @@ pub struct MachineConfigDoc {
     /// The control plane this node joins (none: the node runs standalone).
     #[serde(default)]
     pub control_plane: Option<ControlPlaneConfigDoc>,
+    #[serde(default)]
+    pub registries: RegistriesConfigDoc,
+}
+
+/// Image registries.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RegistriesConfigDoc {
+    /// `host[:port]` of registries reached over plain HTTP (loopback ones always are).
+    #[serde(default)]
+    pub insecure: Vec<String>,
 }
 
 /// Where the node's agent registers, and how it proves it may.
@@ -153,6 +164,7 @@ pub struct MachineConfig {
     pub crash_service: bool,
     pub test_command: Vec<String>,
     pub control_plane: Option<ControlPlaneConfig>,
+    pub insecure_registries: Vec<String>,
 }
 
 /// A validated interface setting.
@@ -182,6 +194,7 @@ impl Default for MachineConfig {
             crash_service: false,
             test_command: Vec::new(),
             control_plane: None,
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -394,6 +407,7 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         shutdown_grace_seconds: grace,
         crash_service: doc.debug.crash_service,
         test_command: doc.debug.test_command,
+        insecure_registries: doc.registries.insecure,
     })
 }
 

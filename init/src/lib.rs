@@ -150,6 +150,7 @@ fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network
         "nodeName": hostname,
         "nodeIP": configured.first().map(|c| c.address.to_string()),
         "controlPlane": cfg.control_plane,
+        "insecureRegistries": cfg.insecure_registries,
     });
     let written = std::fs::create_dir_all("/run/nodeos").and_then(|()| {
         std::fs::OpenOptions::new()

@@ -1,7 +1,9 @@
 //! Kubernetes logic used by both the control plane and the node agent, with no server
-//! dependencies (DESIGN.md §2: one place, never two copies). Today: API time formats and JSON merge patch.
+//! dependencies (DESIGN.md §2: one place, never two copies). Today: API time formats, JSON merge patch and
+//! resource quantities.
 
 #![forbid(unsafe_code)]
 
 pub mod json;
+pub mod quantity;
 pub mod time;

@@ -53,6 +53,50 @@ impl ControlPlane {
         .to_string())
     }
 
+    /// The machine config of a node that also pulls from `registry` (seen by guests at
+    /// [`crate::guest::REGISTRY_GUEST`], over plain HTTP).
+    pub fn machine_config_with_registry(&self, hostname: &str) -> Result<String> {
+        let mut v: serde_json::Value = serde_json::from_str(&self.machine_config(hostname)?)?;
+        let (ip, port) = crate::guest::REGISTRY_GUEST;
+        v["registries"] = serde_json::json!({"insecure": [format!("{ip}:{port}")]});
+        Ok(v.to_string())
+    }
+
+    /// Creates an object from a manifest (`kubectl create -f`).
+    pub fn create(&self, manifest: &serde_json::Value) -> Result<String> {
+        let file = self.dir().join(format!("manifest-{}.json", std::process::id()));
+        std::fs::write(&file, manifest.to_string())?;
+        let out = self.kubectl(&["create", "-f", &file.to_string_lossy()]);
+        let _ = std::fs::remove_file(&file);
+        out
+    }
+
+    /// Polls `kubectl get <what> -o jsonpath=<path>` until `ok` accepts the value.
+    pub fn wait_for(
+        &self,
+        what: &[&str],
+        path: &str,
+        ok: impl Fn(&str) -> bool,
+        timeout: std::time::Duration,
+    ) -> Result<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut args: Vec<&str> = vec!["get"];
+        args.extend_from_slice(what);
+        let jp = format!("jsonpath={path}");
+        args.extend_from_slice(&["-o", &jp]);
+        loop {
+            let v = self.kubectl(&args).unwrap_or_default();
+            if ok(&v) {
+                return Ok(v);
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "kubectl get {what:?} {path}: still {v:?} after {timeout:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+
     /// A NIC whose guest reaches this control plane at [`CP_GUEST_IP`]:6443.
     pub fn nic(&self) -> Nic {
         Nic {

@@ -16,6 +16,20 @@ pub const REGISTRY_GUEST: (&str, u16) = ("10.0.2.100", 5000);
 /// Where appended test programs live in the guest (kept by init across the root move).
 pub const GUEST_DIR: &str = "usr/lib/nodeos-test";
 
+/// A registry holding the project's `busybox:1` (both arches), for nodes that run pods.
+pub fn busybox_registry() -> Result<TestRegistry> {
+    let reg = TestRegistry::start(None)?;
+    let oci = tempfile::tempdir()?;
+    write_test_images(oci.path(), &["amd64", "arm64"])?;
+    reg.push(oci.path(), "busybox:1", "busybox:1", None)?;
+    Ok(reg)
+}
+
+/// The image reference guests use for [`busybox_registry`]'s image.
+pub fn guest_busybox() -> String {
+    format!("{}:{}/busybox:1", REGISTRY_GUEST.0, REGISTRY_GUEST.1)
+}
+
 /// A release build of one of the runtime crate's guest programs for `arch`.
 pub fn guest_bin(arch: Arch, name: &str) -> PathBuf {
     target_dir().join(format!("{}-unknown-linux-musl/release/{name}", arch.name()))

@@ -99,12 +99,15 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     } else {
         VmConfig::direct(&out, arch)?
     };
+    let registry = qemu_tests::guest::busybox_registry()?;
     let mut nic = cp.nic();
     nic.forwards.push((port, 10250));
+    let (rip, rport) = qemu_tests::guest::REGISTRY_GUEST;
+    nic.guest_forwards.push((rip.into(), rport, registry.port));
     let node_name = format!("demo-{}", arch.name().replace('_', "-"));
     let cfg = base
         .with_nics(vec![nic])
-        .with_fw_cfg(cp.machine_config(&node_name)?);
+        .with_fw_cfg(cp.machine_config_with_registry(&node_name)?);
     let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?;
     let t0 = Instant::now();
     let mut vm = factory.start(&cfg)?;
@@ -156,6 +159,32 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     if status != "True" {
         bail!("node {node_name} is not Ready ({status:?})");
     }
+    // A pod bound to the node (there is no scheduler yet), pulled from the registry on the host.
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hello", "namespace": "default"},
+        "spec": {"nodeName": node_name, "containers": [{
+            "name": "hello", "image": qemu_tests::guest::guest_busybox(),
+            "command": ["sh", "-c", "echo hello from $(hostname); sleep 3600"],
+            "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        }]},
+    });
+    cp.create(&pod)?;
+    let t1 = Instant::now();
+    cp.wait_for(
+        &["pod", "hello"],
+        "{.status.phase}",
+        |p| p == "Running",
+        BOOT_TIMEOUT,
+    )?;
+    println!(
+        "pod hello Running {:.1} s after it was created",
+        t1.elapsed().as_secs_f64()
+    );
+    println!(
+        "\n$ kubectl get pods -o wide\n{}",
+        cp.kubectl(&["get", "pods", "-o", "wide"])?
+    );
     if stay {
         println!(
             "node is up; KUBECONFIG={} kubectl get nodes; press Ctrl-C to stop",

@@ -1,0 +1,615 @@
+//! Pod workers, first cut: the pods bound to this node (`spec.nodeName`) are run through the
+//! node's runtime process and their status is written back.
+//!
+//! Every [`SYNC`] the agent lists its pods and, per pod: pulls the images (imagePullPolicy),
+//! runs the sandbox and starts the containers; restarts exited containers per restartPolicy with
+//! the kubelet's back-off (10 s doubling to 300 s); writes `status` (phase, conditions, podIP,
+//! containerStatuses) when it changed; and for a pod being deleted stops its containers within
+//! the grace period, removes the sandbox and deletes the object for good.
+//!
+//! Not yet: init containers, probes, lifecycle hooks, volumes, env from ConfigMaps/Secrets,
+//! cluster DNS, log/exec endpoints.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use runtime::api::{Client, ContainerConfig, ContainerStatus, Dns, SandboxConfig, SandboxStatus, State};
+use runtime::cgroups::Resources;
+use runtime::image::store::{ImageStore, PullOptions};
+use serde_json::{Value, json};
+
+use crate::client::ApiClient;
+
+/// How often pods are reconciled.
+pub const SYNC: Duration = Duration::from_secs(2);
+/// Back-off for restarts and failed starts: 10 s doubling to 300 s.
+const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// What the pod workers need to know about the node.
+#[derive(Debug, Clone)]
+pub struct PodSettings {
+    pub node: String,
+    pub node_ip: Option<String>,
+    /// Registries reached over plain HTTP.
+    pub insecure_registries: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Ctr {
+    id: String,
+    image: String,
+    restarts: u32,
+    last_terminated: Option<Value>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+#[derive(Debug)]
+struct Pod {
+    namespace: String,
+    name: String,
+    sandbox: Option<SandboxStatus>,
+    containers: BTreeMap<String, Ctr>,
+    /// Why the pod could not start (reason, message) and when to try again.
+    failure: Option<(String, String)>,
+    retry_at: Instant,
+    backoff: Duration,
+    started: Option<String>,
+    last_status: Value,
+}
+
+fn now() -> String {
+    kcore::time::rfc3339(SystemTime::now())
+}
+
+fn runtime_client() -> Result<Client, String> {
+    Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())
+}
+
+fn resources(c: &Value) -> Resources {
+    let r = &c["resources"];
+    let q = |kind: &str, res: &str, f: fn(&str) -> Option<u64>| {
+        let v = &r[kind][res];
+        v.as_str()
+            .map(str::to_string)
+            .or_else(|| v.as_i64().map(|n| n.to_string()))
+            .and_then(|s| f(&s))
+    };
+    Resources {
+        cpu_request: q("requests", "cpu", kcore::quantity::cpu_milli),
+        cpu_limit: q("limits", "cpu", kcore::quantity::cpu_milli),
+        memory_request: q("requests", "memory", kcore::quantity::bytes),
+        memory_limit: q("limits", "memory", kcore::quantity::bytes),
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The node's own nameservers (pods get them: there is no cluster DNS yet).
+fn node_dns() -> Dns {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    Dns {
+        servers: text
+            .lines()
+            .filter_map(|l| l.strip_prefix("nameserver "))
+            .map(|s| s.trim().to_string())
+            .collect(),
+        ..Dns::default()
+    }
+}
+
+fn container_config(pod: &Value, c: &Value, restarts: u32) -> ContainerConfig {
+    let name = c["name"].as_str().unwrap_or_default().to_string();
+    let meta = &pod["metadata"];
+    let mut env: Vec<String> = Vec::new();
+    for e in c["env"].as_array().into_iter().flatten() {
+        let Some(k) = e["name"].as_str() else { continue };
+        let v = if let Some(v) = e["value"].as_str() {
+            Some(v.to_string())
+        } else {
+            match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => meta["name"].as_str().map(str::to_string),
+                Some("metadata.namespace") => meta["namespace"].as_str().map(str::to_string),
+                Some("metadata.uid") => meta["uid"].as_str().map(str::to_string),
+                Some("spec.nodeName") => pod["spec"]["nodeName"].as_str().map(str::to_string),
+                _ => None,
+            }
+        };
+        if let Some(v) = v {
+            env.push(format!("{k}={v}"));
+        }
+    }
+    let sc = &c["securityContext"];
+    let psc = &pod["spec"]["securityContext"];
+    let uid = sc["runAsUser"]
+        .as_u64()
+        .or(psc["runAsUser"].as_u64())
+        .and_then(|u| u32::try_from(u).ok());
+    let gid = sc["runAsGroup"]
+        .as_u64()
+        .or(psc["runAsGroup"].as_u64())
+        .and_then(|u| u32::try_from(u).ok());
+    ContainerConfig {
+        name: name.clone(),
+        image: c["image"].as_str().unwrap_or_default().to_string(),
+        command: strings(&c["command"]),
+        args: strings(&c["args"]),
+        env,
+        working_dir: c["workingDir"].as_str().map(str::to_string),
+        run_as_user: uid,
+        run_as_group: gid,
+        resources: resources(c),
+        node_critical: pod["spec"]["priorityClassName"].as_str() == Some("system-node-critical"),
+        read_only_root_filesystem: sc["readOnlyRootFilesystem"].as_bool().unwrap_or(false),
+        no_new_privileges: sc["allowPrivilegeEscalation"].as_bool() == Some(false),
+        log_path: Some(format!("{name}/{restarts}.log")),
+        ..ContainerConfig::default()
+    }
+}
+
+/// Makes sure the image is on the node per the container's pull policy.
+fn ensure_image(store: &ImageStore, c: &Value) -> Result<(), (String, String)> {
+    let image = c["image"].as_str().unwrap_or_default();
+    let policy = c["imagePullPolicy"].as_str().unwrap_or("IfNotPresent");
+    let present = store
+        .get(image)
+        .map_err(|e| ("InvalidImageName".to_string(), e.to_string()))?
+        .is_some();
+    match policy {
+        "Never" if !present => Err((
+            "ErrImageNeverPull".into(),
+            format!("Container image \"{image}\" is not present with pull policy of Never"),
+        )),
+        "IfNotPresent" | "Never" if present => Ok(()),
+        _ => store
+            .pull(image, &PullOptions::default())
+            .map(|_| ())
+            .map_err(|e| ("ErrImagePull".into(), e.to_string())),
+    }
+}
+
+/// Pulls, runs the sandbox, creates and starts every container (blocking).
+fn start_pod(
+    pod: &Value,
+    store: &ImageStore,
+) -> Result<(SandboxStatus, BTreeMap<String, Ctr>), (String, String)> {
+    let spec = &pod["spec"];
+    let meta = &pod["metadata"];
+    let containers: Vec<Value> = spec["containers"].as_array().cloned().unwrap_or_default();
+    for c in &containers {
+        ensure_image(store, c)?;
+    }
+    let mut rt = runtime_client().map_err(|e| ("RuntimeUnavailable".to_string(), e))?;
+    let (ns, name, uid) = (
+        meta["namespace"].as_str().unwrap_or("default"),
+        meta["name"].as_str().unwrap_or_default(),
+        meta["uid"].as_str().unwrap_or_default(),
+    );
+    let sb = rt
+        .run_sandbox(SandboxConfig {
+            name: name.into(),
+            namespace: ns.into(),
+            uid: uid.into(),
+            hostname: spec["hostname"].as_str().map(str::to_string),
+            dns: node_dns(),
+            containers: containers.iter().map(resources).collect(),
+            share_process_namespace: spec["shareProcessNamespace"].as_bool().unwrap_or(false),
+            log_directory: Some(PathBuf::from(format!("/var/log/pods/{ns}_{name}_{uid}"))),
+            ..SandboxConfig::default()
+        })
+        .map_err(|e| ("FailedCreatePodSandBox".to_string(), e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for c in &containers {
+        let cfg = container_config(pod, c, 0);
+        let started = rt
+            .create_container(&sb.id, cfg.clone())
+            .and_then(|st| rt.start_container(&st.id));
+        match started {
+            Ok(st) => {
+                out.insert(
+                    cfg.name.clone(),
+                    Ctr {
+                        id: st.id,
+                        image: st.image,
+                        restarts: 0,
+                        last_terminated: None,
+                        retry_at: None,
+                        backoff: BACKOFF_START,
+                    },
+                );
+            }
+            Err(e) => {
+                let _ = rt.remove_sandbox(&sb.id);
+                return Err(("CreateContainerError".into(), e.to_string()));
+            }
+        }
+    }
+    Ok((sb, out))
+}
+
+fn terminated_state(st: &ContainerStatus) -> Value {
+    json!({"terminated": {
+        "exitCode": st.exit_code.unwrap_or(255),
+        "signal": st.signal,
+        "reason": st.reason.clone().unwrap_or_else(|| "Error".into()),
+        "startedAt": st.started_at,
+        "finishedAt": st.finished_at,
+        "containerID": format!("nodeos://{}", st.id),
+    }})
+}
+
+/// The pod's status from the runtime's view of its containers.
+fn pod_status(
+    pod: &Value,
+    p: &Pod,
+    live: &BTreeMap<String, ContainerStatus>,
+    node_ip: Option<&str>,
+) -> Value {
+    let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    let mut statuses = Vec::new();
+    let (mut running, mut succeeded, mut failed, mut total) = (0, 0, 0, 0);
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        total += 1;
+        let name = c["name"].as_str().unwrap_or_default();
+        let image = c["image"].as_str().unwrap_or_default();
+        let tracked = p.containers.get(name);
+        let st = tracked.and_then(|t| live.get(&t.id));
+        let state = match (st, &p.failure) {
+            (Some(st), _) if st.state == State::Running => {
+                running += 1;
+                json!({"running": {"startedAt": st.started_at}})
+            }
+            (Some(st), _) if st.state == State::Exited => {
+                if st.exit_code == Some(0) {
+                    succeeded += 1;
+                } else {
+                    failed += 1;
+                }
+                let restarting = tracked.is_some_and(|t| t.retry_at.is_some());
+                if restarting {
+                    json!({"waiting": {"reason": "CrashLoopBackOff",
+                        "message": format!("back-off restarting failed container {name}")}})
+                } else {
+                    terminated_state(st)
+                }
+            }
+            (_, Some((reason, message))) => json!({"waiting": {"reason": reason, "message": message}}),
+            _ => json!({"waiting": {"reason": "ContainerCreating"}}),
+        };
+        let ready = state.get("running").is_some();
+        let mut s = json!({
+            "name": name, "image": image, "imageID": tracked.map(|t| t.image.clone()).unwrap_or_default(),
+            "ready": ready, "started": ready, "restartCount": tracked.map_or(0, |t| t.restarts), "state": state,
+        });
+        if let Some(id) = tracked.map(|t| &t.id) {
+            s["containerID"] = json!(format!("nodeos://{id}"));
+        }
+        if let Some(last) = tracked.and_then(|t| t.last_terminated.clone()) {
+            s["lastState"] = last;
+        }
+        statuses.push(s);
+    }
+    let phase = if total > 0 && succeeded == total && policy != "Always" {
+        "Succeeded"
+    } else if total > 0 && succeeded + failed == total && failed > 0 && policy == "Never" {
+        "Failed"
+    } else if running > 0 || (p.sandbox.is_some() && succeeded + failed > 0) {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let all_ready = total > 0 && running == total;
+    let cond = |kind: &str, ok: bool| {
+        let mut c = json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastTransitionTime": p.started});
+        if !ok && matches!(kind, "Ready" | "ContainersReady") {
+            c["reason"] = json!("ContainersNotReady");
+        }
+        c
+    };
+    let mut status = json!({
+        "phase": phase,
+        "conditions": [cond("PodReadyToStartContainers", p.sandbox.is_some()), cond("Initialized", true),
+                       cond("Ready", all_ready), cond("ContainersReady", all_ready), cond("PodScheduled", true)],
+        "containerStatuses": statuses,
+        "startTime": p.started,
+    });
+    if let Some(ip) = node_ip {
+        status["hostIP"] = json!(ip);
+        status["hostIPs"] = json!([{"ip": ip}]);
+    }
+    if let Some(ip) = p.sandbox.as_ref().and_then(|s| s.ip.clone()) {
+        status["podIP"] = json!(ip);
+        status["podIPs"] = json!([{"ip": ip}]);
+    }
+    status
+}
+
+/// Stops the pod's containers within `grace` and removes its sandbox (blocking).
+fn stop_pod(sandbox: &SandboxStatus, containers: Vec<String>, grace: u64) {
+    let Ok(mut rt) = runtime_client() else { return };
+    for id in containers {
+        if let Err(e) = rt.stop_container(&id, grace) {
+            tracing::debug!(container = %id, error = %e, "stop");
+        }
+    }
+    if let Err(e) = rt.remove_sandbox(&sandbox.id) {
+        tracing::warn!(sandbox = %sandbox.id, error = %e, "removing the sandbox failed");
+    }
+}
+
+/// Restarts one exited container (blocking): a new container in the same sandbox.
+fn restart(
+    pod: &Value,
+    sandbox: &SandboxStatus,
+    name: &str,
+    old: &str,
+    restarts: u32,
+) -> Result<ContainerStatus, String> {
+    let c = pod["spec"]["containers"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"].as_str() == Some(name)))
+        .ok_or("container gone from the spec")?;
+    let mut rt = runtime_client()?;
+    let _ = rt.remove_container(old);
+    let st = rt
+        .create_container(&sandbox.id, container_config(pod, c, restarts))
+        .map_err(|e| e.to_string())?;
+    rt.start_container(&st.id).map_err(|e| e.to_string())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+/// Reconciles this node's pods forever.
+pub async fn run(client: ApiClient, settings: PodSettings) {
+    let store = match ImageStore::open(
+        Path::new(runtime::IMAGE_ROOT),
+        match runtime::image::http::Client::with_system_roots() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "no HTTP client for registries; pods will not run");
+                return;
+            }
+        },
+        settings.insecure_registries.clone(),
+    ) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the image store; pods will not run");
+            return;
+        }
+    };
+    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+    // Re-adopt what the runtime already runs (the agent restarted).
+    if let Some(Ok(list)) =
+        blocking(|| runtime_client().and_then(|mut c| c.list_sandboxes().map_err(|e| e.to_string()))).await
+    {
+        let ctrs =
+            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
+                .await
+                .and_then(Result::ok)
+                .unwrap_or_default();
+        for sb in list.into_iter().filter(|s| s.ready) {
+            let containers = ctrs
+                .iter()
+                .filter(|c| c.sandbox_id == sb.id)
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        Ctr {
+                            id: c.id.clone(),
+                            image: c.image.clone(),
+                            restarts: 0,
+                            last_terminated: None,
+                            retry_at: None,
+                            backoff: BACKOFF_START,
+                        },
+                    )
+                })
+                .collect();
+            tracing::info!(pod = %format!("{}/{}", sb.namespace, sb.name), "pod re-adopted");
+            pods.insert(
+                sb.uid.clone(),
+                Pod {
+                    namespace: sb.namespace.clone(),
+                    name: sb.name.clone(),
+                    started: Some(sb.created_at.clone()),
+                    sandbox: Some(sb),
+                    containers,
+                    failure: None,
+                    retry_at: Instant::now(),
+                    backoff: BACKOFF_START,
+                    last_status: Value::Null,
+                },
+            );
+        }
+    }
+    let path = format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{}", settings.node);
+    let mut tick = tokio::time::interval(SYNC);
+    loop {
+        tick.tick().await;
+        let list = match client.request("GET", &path, "application/json", None).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing this node's pods failed");
+                continue;
+            }
+        };
+        let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+        let live =
+            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
+                .await
+                .and_then(Result::ok)
+                .unwrap_or_default();
+        let live: BTreeMap<String, ContainerStatus> = live.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let mut seen = Vec::new();
+        for pod in items {
+            let Some(uid) = pod["metadata"]["uid"].as_str().map(str::to_string) else {
+                continue;
+            };
+            seen.push(uid.clone());
+            let ns = pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            if !pod["metadata"]["deletionTimestamp"].is_null() {
+                if let Some(p) = pods.remove(&uid) {
+                    let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+                        .as_u64()
+                        .unwrap_or(30);
+                    if let Some(sb) = p.sandbox {
+                        let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
+                        blocking(move || stop_pod(&sb, ids, grace)).await;
+                    }
+                }
+                let body = json!({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}});
+                let del = format!("/api/v1/namespaces/{ns}/pods/{name}");
+                match client
+                    .request("DELETE", &del, "application/json", Some(&body))
+                    .await
+                {
+                    Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted"),
+                    Err(e) => {
+                        tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "final pod delete failed")
+                    }
+                }
+                continue;
+            }
+            if pod["status"]["phase"]
+                .as_str()
+                .is_some_and(|p| p == "Succeeded" || p == "Failed")
+                && !pods.contains_key(&uid)
+            {
+                continue;
+            }
+            let p = pods.entry(uid.clone()).or_insert_with(|| Pod {
+                namespace: ns.clone(),
+                name: name.clone(),
+                sandbox: None,
+                containers: BTreeMap::new(),
+                failure: None,
+                retry_at: Instant::now(),
+                backoff: BACKOFF_START,
+                started: Some(now()),
+                last_status: Value::Null,
+            });
+            if p.sandbox.is_none() && Instant::now() >= p.retry_at {
+                let (pod2, store2) = (pod.clone(), store.clone());
+                match blocking(move || start_pod(&pod2, &store2)).await {
+                    Some(Ok((sb, ctrs))) => {
+                        tracing::info!(pod = %format!("{ns}/{name}"), ip = ?sb.ip, "pod running");
+                        p.sandbox = Some(sb);
+                        p.containers = ctrs;
+                        p.failure = None;
+                    }
+                    Some(Err((reason, message))) => {
+                        tracing::warn!(pod = %format!("{ns}/{name}"), reason = %reason, error = %message, "pod start failed");
+                        let reason = if reason == "ErrImagePull" && p.failure.is_some() {
+                            "ImagePullBackOff".to_string()
+                        } else {
+                            reason
+                        };
+                        p.failure = Some((reason, message));
+                        p.retry_at = Instant::now() + p.backoff;
+                        p.backoff = (p.backoff * 2).min(BACKOFF_MAX);
+                    }
+                    None => {}
+                }
+            }
+            // Restarts per restartPolicy.
+            let policy = pod["spec"]["restartPolicy"]
+                .as_str()
+                .unwrap_or("Always")
+                .to_string();
+            if let Some(sb) = p.sandbox.clone() {
+                let names: Vec<String> = p.containers.keys().cloned().collect();
+                for cname in names {
+                    let Some(t) = p.containers.get_mut(&cname) else {
+                        continue;
+                    };
+                    let Some(st) = live.get(&t.id) else { continue };
+                    let again = st.state == State::Exited
+                        && (policy == "Always" || (policy == "OnFailure" && st.exit_code != Some(0)));
+                    if !again {
+                        continue;
+                    }
+                    match t.retry_at {
+                        None => {
+                            t.last_terminated = Some(terminated_state(st));
+                            t.retry_at = Some(Instant::now() + t.backoff);
+                        }
+                        Some(at) if Instant::now() >= at => {
+                            let (pod2, sb2, old, n) = (pod.clone(), sb.clone(), t.id.clone(), t.restarts + 1);
+                            let cn = cname.clone();
+                            if let Some(Ok(new)) = blocking(move || restart(&pod2, &sb2, &cn, &old, n)).await
+                            {
+                                t.id = new.id;
+                                t.restarts += 1;
+                                t.retry_at = None;
+                                t.backoff = (t.backoff * 2).min(BACKOFF_MAX);
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        // Pods that vanished from the API (deleted with grace 0 elsewhere).
+        let gone: Vec<String> = pods.keys().filter(|u| !seen.contains(u)).cloned().collect();
+        for uid in gone {
+            if let Some(p) = pods.remove(&uid)
+                && let Some(sb) = p.sandbox
+            {
+                tracing::info!(pod = %format!("{}/{}", p.namespace, p.name), "pod gone from the API; removing it");
+                let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
+                blocking(move || stop_pod(&sb, ids, 0)).await;
+            }
+        }
+        // Status write-back (only when it changed).
+        let live =
+            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
+                .await
+                .and_then(Result::ok)
+                .unwrap_or_default();
+        let live: BTreeMap<String, ContainerStatus> = live.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let list_pods: BTreeMap<String, Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?.to_string(), p.clone())))
+            .collect();
+        for (uid, p) in pods.iter_mut() {
+            let Some(pod) = list_pods.get(uid) else { continue };
+            let status = pod_status(pod, p, &live, settings.node_ip.as_deref());
+            if status == p.last_status {
+                continue;
+            }
+            let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
+            match client
+                .request(
+                    "PATCH",
+                    &path,
+                    "application/merge-patch+json",
+                    Some(&json!({"status": status})),
+                )
+                .await
+            {
+                Ok(_) => p.last_status = status,
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "status update failed")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Pods end to end: a control plane on the host, an x86_64 node VM that joins it and pulls from a
+//! real registry on the host; pods bound to the node (no scheduler yet) run through the node's
+//! runtime, and the real kubectl sees their status, restarts, failures and deletion.
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use qemu_tests::cluster::ControlPlane;
+use qemu_tests::guest::{REGISTRY_GUEST, busybox_registry, guest_busybox};
+use qemu_tests::vm::{Arch, VmConfig, VmFactory, out_dir};
+
+const BOOT: Duration = Duration::from_secs(300);
+const POD: Duration = Duration::from_secs(180);
+
+fn pod(name: &str, node: &str, image: &str, script: &str, restart: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "restartPolicy": restart, "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": image, "command": ["sh", "-c", script]}]},
+    })
+}
+
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let mut f = VmFactory::new("pods")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "pods-node";
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(cp.machine_config_with_registry(node)?);
+    let mut vm = f.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    let image = guest_busybox();
+    cp.create(&pod("web", node, &image, "echo up; sleep 3600", "Always"))?;
+    cp.create(&pod("fail", node, &image, "exit 3", "Never"))?;
+    cp.create(&pod("crash", node, &image, "exit 1", "Always"))?;
+    cp.create(&pod(
+        "nopull",
+        node,
+        &format!("{}:{}/nope:1", REGISTRY_GUEST.0, REGISTRY_GUEST.1),
+        "true",
+        "Always",
+    ))?;
+
+    cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
+    let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
+    let f2: Vec<&str> = ip.split_whitespace().collect();
+    ensure!(
+        f2.len() == 4
+            && f2[0].starts_with("10.244.0.")
+            && f2[1] == "10.0.2.15"
+            && f2[2] == "true"
+            && f2[3] == "True",
+        "web status: {ip}"
+    );
+    let table = cp.kubectl(&["get", "pod", "web"])?;
+    ensure!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().nth(2) == Some("Running")),
+        "{table}"
+    );
+
+    cp.wait_for(&["pod", "fail"], "{.status.phase}", |p| p == "Failed", POD)?;
+    let t = cp.kubectl(&["get", "pod", "fail", "-o", "jsonpath={.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}"])?;
+    ensure!(t == "3 Error", "fail: {t}");
+    let table = cp.kubectl(&["get", "pod", "fail"])?;
+    ensure!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().nth(2) == Some("Error")),
+        "{table}"
+    );
+
+    cp.wait_for(
+        &["pod", "crash"],
+        "{.status.containerStatuses[0].restartCount}",
+        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
+        POD,
+    )?;
+    let last = cp.kubectl(&[
+        "get",
+        "pod",
+        "crash",
+        "-o",
+        "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}",
+    ])?;
+    ensure!(last == "1", "crash lastState: {last}");
+
+    let reason = cp.wait_for(
+        &["pod", "nopull"],
+        "{.status.containerStatuses[0].state.waiting.reason}",
+        |r| r == "ErrImagePull" || r == "ImagePullBackOff",
+        POD,
+    )?;
+    ensure!(!reason.is_empty());
+
+    // kubectl delete waits until the agent has stopped the pod and deleted the object.
+    cp.kubectl(&["delete", "pod", "web", "--timeout=120s"])?;
+    let left = cp.kubectl(&["get", "pods", "-o", "name"])?;
+    ensure!(!left.contains("pod/web"), "web still listed: {left}");
+    Ok(())
+}
