@@ -18,7 +18,8 @@ export RUSTUP_AUTO_INSTALL=0
 
 say()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die()  { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
-step() { local t0=$SECONDS; say "$1"; shift; "$@"; say "done in $((SECONDS - t0)) s"; }
+# Runs "$@" under a heading; returns its status (callers use `step ... || die`, where set -e is off).
+step() { local t0=$SECONDS; say "$1"; shift; "$@" || return $?; say "done in $((SECONDS - t0)) s"; }
 
 deb_arch() { case "$1" in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) die "unknown arch '$1' (use x86_64, aarch64 or all)" ;; esac; }
 

@@ -71,8 +71,21 @@ pub struct EtcdProcess {
 }
 
 impl EtcdProcess {
-    /// Starts etcd and waits (up to 30 s) until it accepts connections.
+    /// Starts etcd and waits (up to 30 s) until it accepts connections. Ports are picked free
+    /// and may be taken by someone else before etcd binds them (tests start many etcds in
+    /// parallel): when etcd exits early it is started again on new ports, up to three times.
     pub fn spawn(data_dir: &Path) -> std::io::Result<Self> {
+        let mut last = std::io::Error::other("etcd did not start");
+        for _ in 0..3 {
+            match Self::spawn_once(data_dir) {
+                Ok(p) => return Ok(p),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn spawn_once(data_dir: &Path) -> std::io::Result<Self> {
         let free = || -> std::io::Result<u16> {
             Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
         };
@@ -91,12 +104,15 @@ impl EtcdProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let me = Self {
+        let mut me = Self {
             child,
             endpoint: format!("http://127.0.0.1:{client}"),
         };
         let t0 = std::time::Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            if let Some(status) = me.child.try_wait()? {
+                return Err(std::io::Error::other(format!("etcd exited at start ({status})")));
+            }
             if t0.elapsed() > std::time::Duration::from_secs(30) {
                 return Err(std::io::Error::other("etcd did not start listening within 30 s"));
             }
