@@ -370,6 +370,17 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.ok()
 }
 
+/// The runtime's containers by id (empty when the runtime cannot be reached).
+async fn live_containers() -> BTreeMap<String, ContainerStatus> {
+    blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
+        .await
+        .and_then(Result::ok)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.id.clone(), c))
+        .collect()
+}
+
 /// Reconciles this node's pods forever.
 pub async fn run(client: ApiClient, settings: PodSettings) {
     let store = match ImageStore::open(
@@ -394,14 +405,10 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
     if let Some(Ok(list)) =
         blocking(|| runtime_client().and_then(|mut c| c.list_sandboxes().map_err(|e| e.to_string()))).await
     {
-        let ctrs =
-            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
-                .await
-                .and_then(Result::ok)
-                .unwrap_or_default();
+        let ctrs = live_containers().await;
         for sb in list.into_iter().filter(|s| s.ready) {
             let containers = ctrs
-                .iter()
+                .values()
                 .filter(|c| c.sandbox_id == sb.id)
                 .map(|c| {
                     (
@@ -446,12 +453,7 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
             }
         };
         let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
-        let live =
-            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
-                .await
-                .and_then(Result::ok)
-                .unwrap_or_default();
-        let live: BTreeMap<String, ContainerStatus> = live.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let live = live_containers().await;
         let mut seen = Vec::new();
         for pod in items {
             let Some(uid) = pod["metadata"]["uid"].as_str().map(str::to_string) else {
@@ -577,12 +579,7 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
             }
         }
         // Status write-back (only when it changed).
-        let live =
-            blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
-                .await
-                .and_then(Result::ok)
-                .unwrap_or_default();
-        let live: BTreeMap<String, ContainerStatus> = live.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let live = live_containers().await;
         let list_pods: BTreeMap<String, Value> = list["items"]
             .as_array()
             .into_iter()

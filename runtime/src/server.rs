@@ -264,37 +264,19 @@ impl Runtime {
     }
 
     fn reload(&mut self) {
-        let sdir = self.opts.state_dir.join("sandboxes");
-        for e in fs::read_dir(&sdir).into_iter().flatten().flatten() {
-            let Ok(b) = fs::read(e.path().join("state.json")) else {
-                continue;
-            };
-            let Ok(rec) = serde_json::from_slice::<SandboxRecord>(&b) else {
-                continue;
-            };
+        for (dir, rec) in read_records::<SandboxRecord>(&self.opts.state_dir.join("sandboxes")) {
             let pidfd = rec.status.pause_pid.and_then(|p| crate::sys::pidfd_open(p).ok());
-            let mut sb = Sandbox {
-                rec,
-                dir: e.path(),
-                pidfd,
-            };
+            let mut sb = Sandbox { rec, dir, pidfd };
             if sb.pidfd.is_none() {
                 sb.rec.status.ready = false;
             }
             tracing::info!(sandbox = %sb.rec.status.id, ready = sb.rec.status.ready, "sandbox re-adopted");
             self.sandboxes.insert(sb.rec.status.id.clone(), sb);
         }
-        let cdir = self.opts.state_dir.join("containers");
-        for e in fs::read_dir(&cdir).into_iter().flatten().flatten() {
-            let Ok(b) = fs::read(e.path().join("state.json")) else {
-                continue;
-            };
-            let Ok(rec) = serde_json::from_slice::<ContainerRecord>(&b) else {
-                continue;
-            };
+        for (dir, rec) in read_records::<ContainerRecord>(&self.opts.state_dir.join("containers")) {
             let mut c = Ctr {
                 rec,
-                dir: e.path(),
+                dir,
                 run: None,
                 kill_at: None,
                 waiters: Vec::new(),
@@ -1087,6 +1069,19 @@ impl Runtime {
             run.pipes[idx] = None;
         }
     }
+}
+
+/// Every `<dir>/<entry>/state.json` that parses as `T` (unreadable ones are skipped).
+fn read_records<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<(PathBuf, T)> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let rec = serde_json::from_slice(&fs::read(e.path().join("state.json")).ok()?).ok()?;
+            Some((e.path(), rec))
+        })
+        .collect()
 }
 
 /// Reads what is available from one output pipe into the log; false on EOF/error.

@@ -148,6 +148,11 @@ fn check_cg(rel: &str, file: &str, want: &str) -> R {
     ensure(got == want, || format!("{rel}/{file} = {got:?}, want {want:?}"))
 }
 
+fn check_all(rel: &str, want: &[(&str, &str)]) -> R {
+    want.iter()
+        .try_for_each(|(file, value)| check_cg(rel, file, value))
+}
+
 fn oom_adj(pid: i32) -> R<String> {
     fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
         .map(|s| s.trim().to_string())
@@ -294,34 +299,37 @@ fn cgroup_values(s: &mut Suite) -> R {
         ),
         || sb.cgroup.clone(),
     )?;
-    for (file, want) in [
-        ("cpu.weight", "4"),
-        ("cpu.max", "max 100000"),
-        ("memory.max", "178257920"),
-        ("memory.oom.group", "0"),
-        ("memory.high", "max"),
-    ] {
-        check_cg(&sb.cgroup, file, want)?;
-    }
-    for (file, want) in [
-        ("cpu.weight", "17"),
-        ("cpu.max", "max 100000"),
-        ("memory.max", "178257920"),
-        ("memory.oom.group", "1"),
-        ("memory.high", "max"),
-    ] {
-        check_cg(&c.cgroup, file, want)?;
-    }
+    check_all(
+        &sb.cgroup,
+        &[
+            ("cpu.weight", "4"),
+            ("cpu.max", "max 100000"),
+            ("memory.max", "178257920"),
+            ("memory.oom.group", "0"),
+            ("memory.high", "max"),
+        ],
+    )?;
+    check_all(
+        &c.cgroup,
+        &[
+            ("cpu.weight", "17"),
+            ("cpu.max", "max 100000"),
+            ("memory.max", "178257920"),
+            ("memory.oom.group", "1"),
+            ("memory.high", "max"),
+        ],
+    )?;
     let pause_scope = format!("{}/nodeos-{}.scope", sb.cgroup, sb.id);
-    for (file, want) in [
-        ("cpu.weight", "1"),
-        ("cpu.max", "max 100000"),
-        ("memory.max", "max"),
-        ("memory.oom.group", "0"),
-        ("memory.high", "max"),
-    ] {
-        check_cg(&pause_scope, file, want)?;
-    }
+    check_all(
+        &pause_scope,
+        &[
+            ("cpu.weight", "1"),
+            ("cpu.max", "max 100000"),
+            ("memory.max", "max"),
+            ("memory.oom.group", "0"),
+            ("memory.high", "max"),
+        ],
+    )?;
     let want_adj = cgroups::oom_score_adj(cgroups::Qos::Burstable, 70 * MI, node_mem, false).to_string();
     ensure(oom_adj(pid_of(&c)?)? == want_adj, || {
         format!(
@@ -354,26 +362,28 @@ fn cgroup_values(s: &mut Suite) -> R {
         sb.cgroup.clone()
     })?;
     let c = s.container(&sb, "app", "sleep 1000", g)?;
-    for (file, want) in [
-        (
-            "cpu.weight",
-            &*cgroups::slice_weight(cgroups::cpu_shares(1000)).to_string(),
-        ),
-        ("cpu.max", "100000 100000"),
-        ("memory.max", "134217728"),
-        ("memory.oom.group", "0"),
-    ] {
-        check_cg(&sb.cgroup, file, want)?;
-    }
+    check_all(
+        &sb.cgroup,
+        &[
+            (
+                "cpu.weight",
+                &*cgroups::slice_weight(cgroups::cpu_shares(1000)).to_string(),
+            ),
+            ("cpu.max", "100000 100000"),
+            ("memory.max", "134217728"),
+            ("memory.oom.group", "0"),
+        ],
+    )?;
     // 500m → shares 512 → the OCI runtimes' mapping gives 59.
-    for (file, want) in [
-        ("cpu.weight", "59"),
-        ("cpu.max", "50000 100000"),
-        ("memory.max", "67108864"),
-        ("memory.oom.group", "1"),
-    ] {
-        check_cg(&c.cgroup, file, want)?;
-    }
+    check_all(
+        &c.cgroup,
+        &[
+            ("cpu.weight", "59"),
+            ("cpu.max", "50000 100000"),
+            ("memory.max", "67108864"),
+            ("memory.oom.group", "1"),
+        ],
+    )?;
     ensure(oom_adj(pid_of(&c)?)? == "-997", || {
         "guaranteed oom_score_adj".into()
     })?;
@@ -387,22 +397,24 @@ fn cgroup_values(s: &mut Suite) -> R {
         || sb.cgroup.clone(),
     )?;
     let c = s.container(&sb, "app", "sleep 1000", Resources::default())?;
-    for (file, want) in [
-        ("cpu.weight", "1"),
-        ("cpu.max", "max 100000"),
-        ("memory.max", "max"),
-        ("memory.oom.group", "0"),
-    ] {
-        check_cg(&sb.cgroup, file, want)?;
-    }
-    for (file, want) in [
-        ("cpu.weight", "1"),
-        ("cpu.max", "max 100000"),
-        ("memory.max", "max"),
-        ("memory.oom.group", "1"),
-    ] {
-        check_cg(&c.cgroup, file, want)?;
-    }
+    check_all(
+        &sb.cgroup,
+        &[
+            ("cpu.weight", "1"),
+            ("cpu.max", "max 100000"),
+            ("memory.max", "max"),
+            ("memory.oom.group", "0"),
+        ],
+    )?;
+    check_all(
+        &c.cgroup,
+        &[
+            ("cpu.weight", "1"),
+            ("cpu.max", "max 100000"),
+            ("memory.max", "max"),
+            ("memory.oom.group", "1"),
+        ],
+    )?;
     ensure(oom_adj(pid_of(&c)?)? == "1000", || {
         "besteffort oom_score_adj".into()
     })?;
