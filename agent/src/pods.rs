@@ -156,9 +156,61 @@ fn container_config(pod: &Value, c: &Value, restarts: u32) -> ContainerConfig {
     }
 }
 
+/// An event about a pod (or one of its containers) for the API (SEEDS-SPEC.md Appendix B).
+#[derive(Debug, Clone)]
+struct Event {
+    reason: &'static str,
+    warning: bool,
+    message: String,
+    container: Option<String>,
+}
+
+fn normal(reason: &'static str, container: &str, message: String) -> Event {
+    Event {
+        reason,
+        warning: false,
+        message,
+        container: Some(container.into()),
+    }
+}
+
+/// Posts events about `pod` (failures are logged: events are best effort, as in the kubelet).
+async fn post_events(client: &ApiClient, node: &str, pod: &Value, events: Vec<Event>) {
+    let meta = &pod["metadata"];
+    let (ns, name) = (
+        meta["namespace"].as_str().unwrap_or("default"),
+        meta["name"].as_str().unwrap_or_default(),
+    );
+    for ev in events {
+        let t = now();
+        let mut involved =
+            json!({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns, "uid": meta["uid"]});
+        if let Some(c) = &ev.container {
+            involved["fieldPath"] = json!(format!("spec.containers{{{c}}}"));
+        }
+        let body = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": format!("{name}."), "namespace": ns},
+            "involvedObject": involved,
+            "reason": ev.reason, "message": ev.message, "type": if ev.warning { "Warning" } else { "Normal" },
+            "source": {"component": "kubelet", "host": node},
+            "firstTimestamp": t, "lastTimestamp": t, "count": 1,
+            "reportingComponent": "kubelet", "reportingInstance": node,
+        });
+        let path = format!("/api/v1/namespaces/{ns}/events");
+        if let Err(e) = client
+            .request("POST", &path, "application/json", Some(&body))
+            .await
+        {
+            tracing::debug!(error = %e, reason = ev.reason, "event not recorded");
+        }
+    }
+}
+
 /// Makes sure the image is on the node per the container's pull policy.
-fn ensure_image(store: &ImageStore, c: &Value) -> Result<(), (String, String)> {
+fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Result<(), (String, String)> {
     let image = c["image"].as_str().unwrap_or_default();
+    let cname = c["name"].as_str().unwrap_or_default();
     let policy = c["imagePullPolicy"].as_str().unwrap_or("IfNotPresent");
     let present = store
         .get(image)
@@ -169,11 +221,39 @@ fn ensure_image(store: &ImageStore, c: &Value) -> Result<(), (String, String)> {
             "ErrImageNeverPull".into(),
             format!("Container image \"{image}\" is not present with pull policy of Never"),
         )),
-        "IfNotPresent" | "Never" if present => Ok(()),
-        _ => store
-            .pull(image, &PullOptions::default())
-            .map(|_| ())
-            .map_err(|e| ("ErrImagePull".into(), e.to_string())),
+        "IfNotPresent" | "Never" if present => {
+            events.push(normal(
+                "Pulled",
+                cname,
+                format!(
+                    "Container image \"{image}\" already present on machine and can be accessed by the pod"
+                ),
+            ));
+            Ok(())
+        }
+        _ => {
+            events.push(normal("Pulling", cname, format!("Pulling image \"{image}\"")));
+            match store.pull(image, &PullOptions::default()) {
+                Ok(_) => {
+                    events.push(normal(
+                        "Pulled",
+                        cname,
+                        format!("Successfully pulled image \"{image}\""),
+                    ));
+                    Ok(())
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    events.push(Event {
+                        reason: "Failed",
+                        warning: true,
+                        message: format!("Failed to pull image \"{image}\": {message}"),
+                        container: Some(cname.into()),
+                    });
+                    Err(("ErrImagePull".into(), message))
+                }
+            }
+        }
     }
 }
 
@@ -181,12 +261,13 @@ fn ensure_image(store: &ImageStore, c: &Value) -> Result<(), (String, String)> {
 fn start_pod(
     pod: &Value,
     store: &ImageStore,
+    events: &mut Vec<Event>,
 ) -> Result<(SandboxStatus, BTreeMap<String, Ctr>), (String, String)> {
     let spec = &pod["spec"];
     let meta = &pod["metadata"];
     let containers: Vec<Value> = spec["containers"].as_array().cloned().unwrap_or_default();
     for c in &containers {
-        ensure_image(store, c)?;
+        ensure_image(store, c, events)?;
     }
     let mut rt = runtime_client().map_err(|e| ("RuntimeUnavailable".to_string(), e))?;
     let (ns, name, uid) = (
@@ -215,6 +296,8 @@ fn start_pod(
             .and_then(|st| rt.start_container(&st.id));
         match started {
             Ok(st) => {
+                events.push(normal("Created", &cfg.name, "Container created".into()));
+                events.push(normal("Started", &cfg.name, "Container started".into()));
                 out.insert(
                     cfg.name.clone(),
                     Ctr {
@@ -471,6 +554,12 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
                         .as_u64()
                         .unwrap_or(30);
                     if let Some(sb) = p.sandbox {
+                        let evs = p
+                            .containers
+                            .keys()
+                            .map(|c| normal("Killing", c, format!("Stopping container {c}")))
+                            .collect();
+                        post_events(&client, &settings.node, &pod, evs).await;
                         let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
                         blocking(move || stop_pod(&sb, ids, grace)).await;
                     }
@@ -508,7 +597,20 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
             });
             if p.sandbox.is_none() && Instant::now() >= p.retry_at {
                 let (pod2, store2) = (pod.clone(), store.clone());
-                match blocking(move || start_pod(&pod2, &store2)).await {
+                let result = blocking(move || {
+                    let mut events = Vec::new();
+                    let r = start_pod(&pod2, &store2, &mut events);
+                    (r, events)
+                })
+                .await;
+                let result = match result {
+                    Some((r, events)) => {
+                        post_events(&client, &settings.node, &pod, events).await;
+                        Some(r)
+                    }
+                    None => None,
+                };
+                match result {
                     Some(Ok((sb, ctrs))) => {
                         tracing::info!(pod = %format!("{ns}/{name}"), ip = ?sb.ip, "pod running");
                         p.sandbox = Some(sb);
@@ -556,6 +658,11 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
                             let cn = cname.clone();
                             if let Some(Ok(new)) = blocking(move || restart(&pod2, &sb2, &cn, &old, n)).await
                             {
+                                let evs = vec![
+                                    normal("Created", &cname, "Container created".into()),
+                                    normal("Started", &cname, "Container started".into()),
+                                ];
+                                post_events(&client, &settings.node, &pod, evs).await;
                                 t.id = new.id;
                                 t.restarts += 1;
                                 t.retry_at = None;

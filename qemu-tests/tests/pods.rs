@@ -96,6 +96,22 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ])?;
     ensure!(last == "1", "crash lastState: {last}");
 
+    // Events as kubectl describe shows them.
+    let events = cp.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=web",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}={.message};{end}",
+    ])?;
+    for want in [
+        "Pulled=",
+        "Created=Container created",
+        "Started=Container started",
+    ] {
+        ensure!(events.contains(want), "web events lack {want}: {events}");
+    }
     let reason = cp.wait_for(
         &["pod", "nopull"],
         "{.status.containerStatuses[0].state.waiting.reason}",

@@ -582,18 +582,22 @@ impl Runtime {
         }
     }
 
+    /// Ids of the containers of one sandbox.
+    fn containers_of(&self, sandbox_id: &str) -> Vec<String> {
+        self.containers
+            .values()
+            .filter(|c| c.rec.status.sandbox_id == sandbox_id)
+            .map(|c| c.rec.status.id.clone())
+            .collect()
+    }
+
     fn stop_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
         let sb = self
             .sandboxes
             .get(id)
             .ok_or_else(|| RuntimeError::NotFound(format!("sandbox {id} not found")))?;
         let pause = sb.rec.status.pause_pid;
-        let ids: Vec<String> = self
-            .containers
-            .values()
-            .filter(|c| c.rec.status.sandbox_id == id)
-            .map(|c| c.rec.status.id.clone())
-            .collect();
+        let ids = self.containers_of(id);
         for cid in ids {
             self.kill_and_reap(&cid);
         }
@@ -611,12 +615,7 @@ impl Runtime {
 
     fn remove_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
         self.stop_sandbox(id)?;
-        let ids: Vec<String> = self
-            .containers
-            .values()
-            .filter(|c| c.rec.status.sandbox_id == id)
-            .map(|c| c.rec.status.id.clone())
-            .collect();
+        let ids = self.containers_of(id);
         for cid in ids {
             self.remove_container(&cid)?;
         }
