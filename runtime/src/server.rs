@@ -240,7 +240,6 @@ impl Runtime {
         let tree = Tree::new(&opts.cgroup_root);
         let (cpu, mem) = node_capacity();
         tree.setup_node(cpu, mem)?;
-        prepare_pause_root(&pause_root)?;
         let images = ImageStore::open(
             &opts.image_root,
             crate::image::http::Client::new(b"").map_err(|e| RuntimeError::Invalid(e.to_string()))?,
@@ -505,6 +504,9 @@ impl Runtime {
         self.tree
             .create_pod(slice, &cgroups::pod_slice_values(&config.containers))?;
         let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id));
+        // Prepared on first use, not at startup: no copy of the binary on nodes without pods,
+        // and none competing with boot.
+        prepare_pause_root(&self.pause_root)?;
         spec["root"]["path"] = serde_json::json!(self.pause_root);
         fs::write(bundle.join("config.json"), spec.to_string())
             .map_err(io_ctx("writing the sandbox spec"))?;

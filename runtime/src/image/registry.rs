@@ -576,4 +576,67 @@ mod tests {
             );
         }
     }
+
+    /// The bearer flow against a scripted server: 401 with a Bearer challenge, a token fetched
+    /// from the realm with service, scope and basic credentials, the retry carrying the token.
+    /// (Debian's registry cannot issue tokens without a JWT-signing token server, so this part of
+    /// the protocol is checked here rather than against the real registry.)
+    #[test]
+    fn bearer_token_flow() {
+        use std::io::{BufRead, BufReader};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                let (s, _) = l.accept().expect("accept");
+                let mut r = BufReader::new(s.try_clone().expect("clone"));
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let resp = if head.starts_with("GET /token?") {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n{\"token\":\"t0k3n\"}".to_string()
+                } else if head.contains("Authorization: Bearer t0k3n") {
+                    let body = r#"{"schemaVersion":2,"config":{"digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":1},"layers":[]}"#;
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                } else {
+                    format!(
+                        "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"reg svc\",scope=\"repository:app:pull\"\r\nContent-Length: 0\r\n\r\n"
+                    )
+                };
+                std::io::Write::write_all(&mut &s, resp.as_bytes()).expect("write");
+                seen.push(head);
+            }
+            seen
+        });
+        let creds = Credentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        let mut reg = Registry::new(
+            Client::new(b"").expect("client"),
+            &format!("127.0.0.1:{port}"),
+            true,
+            Some(creds),
+        );
+        let (bytes, _) = reg.manifest("app", "1").expect("manifest through a bearer token");
+        assert!(bytes.starts_with(br#"{"schemaVersion":2"#));
+        let seen = server.join().expect("server");
+        assert!(
+            seen[1].starts_with("GET /token?service=reg%20svc&scope=repository%3Aapp%3Apull HTTP/1.1"),
+            "{}",
+            seen[1]
+        );
+        assert!(
+            seen[1].contains("Authorization: Basic dTpw"),
+            "basic credentials sent to the realm: {}",
+            seen[1]
+        );
+        assert!(seen[2].contains("Authorization: Bearer t0k3n"));
+    }
 }

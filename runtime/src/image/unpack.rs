@@ -413,6 +413,21 @@ mod tests {
             unpack_layer(&gz[..gz.len() / 2], dir.path()).is_err(),
             "truncated gzip"
         );
+        let zst = ruzstd::encoding::compress_to_vec(&good[..], ruzstd::encoding::CompressionLevel::Fastest);
+        assert_eq!(detect(&zst), Compression::Zstd);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = unpack_layer(&zst[..], dir.path()).expect("zstd layer");
+        assert_eq!(
+            id,
+            super::super::registry::sha256_digest(&good),
+            "zstd layer diff ID"
+        );
+        assert_eq!(fs::read(dir.path().join("a")).expect("file").len(), 2000);
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(
+            unpack_layer(&zst[..zst.len() / 2], dir.path()).is_err(),
+            "truncated zstd"
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let id = unpack_layer(&gz[..], dir.path()).expect("gzip layer");
         assert_eq!(
