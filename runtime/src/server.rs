@@ -135,6 +135,10 @@ fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), RuntimeError> {
 struct SandboxRecord {
     status: SandboxStatus,
     config: SandboxConfig,
+    /// Start time of the pause process (/proc/<pid>/stat field 22): tells it from a later
+    /// process that reused its pid.
+    #[serde(default)]
+    start_time: Option<u64>,
 }
 
 /// What is persisted per container.
@@ -144,6 +148,9 @@ struct ContainerRecord {
     profile: Profile,
     /// Whether the overlay root is mounted at `<dir>/rootfs`.
     mounted: bool,
+    /// Start time of the container process (see [`SandboxRecord::start_time`]).
+    #[serde(default)]
+    start_time: Option<u64>,
 }
 
 struct Sandbox {
@@ -264,7 +271,7 @@ impl Runtime {
 
     fn reload(&mut self) {
         for (dir, rec) in read_records::<SandboxRecord>(&self.opts.state_dir.join("sandboxes")) {
-            let pidfd = rec.status.pause_pid.and_then(|p| crate::sys::pidfd_open(p).ok());
+            let pidfd = rec.status.pause_pid.and_then(|p| reattach(p, rec.start_time));
             let mut sb = Sandbox { rec, dir, pidfd };
             if sb.pidfd.is_none() {
                 sb.rec.status.ready = false;
@@ -281,7 +288,7 @@ impl Runtime {
                 waiters: Vec::new(),
             };
             if matches!(c.rec.status.state, State::Running | State::Created) {
-                match c.rec.status.pid.map(crate::sys::pidfd_open) {
+                match c.rec.status.pid.map(|p| reattach(p, c.rec.start_time).ok_or(())) {
                     Some(Ok(pidfd)) => {
                         c.run = Some(Running {
                             pidfd,
@@ -439,6 +446,7 @@ impl Runtime {
                         rec: SandboxRecord {
                             status: status.clone(),
                             config,
+                            start_time: proc_start_time(pid),
                         },
                         dir,
                         pidfd: Some(pidfd),
@@ -598,7 +606,9 @@ impl Runtime {
             .sandboxes
             .get(id)
             .ok_or_else(|| RuntimeError::NotFound(format!("sandbox {id} not found")))?;
-        let pause = sb.rec.status.pause_pid;
+        // Only a pause process we still watch is signalled: once it exited and was reaped its pid
+        // may belong to someone else.
+        let pause = sb.rec.status.pause_pid.filter(|_| sb.pidfd.is_some());
         let ids = self.containers_of(id);
         for cid in ids {
             self.kill_and_reap(&cid);
@@ -782,6 +792,7 @@ impl Runtime {
                         status: status.clone(),
                         profile: config.seccomp,
                         mounted: true,
+                        start_time: proc_start_time(pid),
                     },
                     dir,
                     run: Some(run),
@@ -1072,6 +1083,23 @@ impl Runtime {
     }
 }
 
+/// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
+fn proc_start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// A pidfd for a recorded process, if that process (same pid, same start time) still runs.
+fn reattach(pid: i32, start_time: Option<u64>) -> Option<OwnedFd> {
+    let fd = crate::sys::pidfd_open(pid).ok()?;
+    (start_time.is_none() || proc_start_time(pid) == start_time).then_some(fd)
+}
+
 /// Every `<dir>/<entry>/state.json` that parses as `T` (unreadable ones are skipped).
 fn read_records<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<(PathBuf, T)> {
     fs::read_dir(dir)
@@ -1335,5 +1363,20 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
         for (conn, reply) in std::mem::take(&mut rt.outbox) {
             send_reply(&mut conns, conn, &reply);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reattach_checks_the_start_time() {
+        let me = std::process::id() as i32;
+        let t = proc_start_time(me).expect("own start time");
+        assert_eq!(proc_start_time(me), Some(t), "stable");
+        assert!(reattach(me, Some(t)).is_some());
+        assert!(reattach(me, Some(t + 1)).is_none(), "a reused pid is not re-adopted");
+        assert!(reattach(i32::MAX, None).is_none(), "no such process");
     }
 }
