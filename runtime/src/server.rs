@@ -1319,6 +1319,11 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
             match src {
                 Source::Listener => {
                     while let Ok((stream, _)) = listener.accept() {
+                        // A client that stops reading its replies must not stall the runtime:
+                        // a reply that cannot be written in 5 s drops the connection.
+                        if stream.set_write_timeout(Some(Duration::from_secs(5))).is_err() {
+                            continue;
+                        }
                         next_conn += 1;
                         conns.insert(
                             next_conn,
@@ -1376,7 +1381,10 @@ mod tests {
         let t = proc_start_time(me).expect("own start time");
         assert_eq!(proc_start_time(me), Some(t), "stable");
         assert!(reattach(me, Some(t)).is_some());
-        assert!(reattach(me, Some(t + 1)).is_none(), "a reused pid is not re-adopted");
+        assert!(
+            reattach(me, Some(t + 1)).is_none(),
+            "a reused pid is not re-adopted"
+        );
         assert!(reattach(i32::MAX, None).is_none(), "no such process");
     }
 }
