@@ -413,9 +413,7 @@ impl Runtime {
     }
 
     fn run_sandbox(&mut self, config: SandboxConfig) -> Result<SandboxStatus, RuntimeError> {
-        if config.name.is_empty() || config.uid.is_empty() {
-            return Err(RuntimeError::Invalid("sandbox needs a name and a uid".into()));
-        }
+        validate_sandbox(&config)?;
         let id = new_id()?;
         let dir = self.opts.state_dir.join("sandboxes").join(&id);
         let qos = cgroups::qos_class(&config.containers);
@@ -653,9 +651,7 @@ impl Runtime {
                 "sandbox {sandbox_id} is not ready"
             )));
         }
-        if config.name.is_empty() {
-            return Err(RuntimeError::Invalid("container needs a name".into()));
-        }
+        validate_container(&config)?;
         let image = self.images.get(&config.image)?.ok_or_else(|| {
             RuntimeError::NotFound(format!("image {} is not present on this node", config.image))
         })?;
@@ -1083,6 +1079,94 @@ impl Runtime {
     }
 }
 
+/// A DNS-1123 label (container names; Kubernetes validates them the same way).
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A relative path of plain components (no `..`, not absolute).
+fn is_plain_relative(p: &str) -> bool {
+    !p.is_empty()
+        && Path::new(p)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+/// Request fields end up in paths (cgroups, logs, state): anything that could leave its
+/// directory is refused before anything is created.
+fn validate_sandbox(c: &SandboxConfig) -> Result<(), RuntimeError> {
+    let bad = |m: String| Err(RuntimeError::Invalid(m));
+    if c.name.is_empty() || c.name.len() > 253 || c.name.contains(['/', '\0']) {
+        return bad(format!("invalid sandbox name {:?}", c.name));
+    }
+    if c.uid.is_empty() || c.uid.len() > 64 || !c.uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return bad(format!(
+            "invalid pod uid {:?}: letters, digits and '-' only",
+            c.uid
+        ));
+    }
+    if let Some(h) = &c.hostname
+        && (h.is_empty() || h.len() > 63 || h.contains(['/', '\0', ' ']))
+    {
+        return bad(format!("invalid hostname {h:?}"));
+    }
+    if c.log_directory
+        .as_ref()
+        .is_some_and(|d| !d.is_absolute() || d.components().any(|x| x == std::path::Component::ParentDir))
+    {
+        return bad("the log directory must be an absolute path without '..'".into());
+    }
+    Ok(())
+}
+
+fn validate_container(c: &ContainerConfig) -> Result<(), RuntimeError> {
+    let bad = |m: String| Err(RuntimeError::Invalid(m));
+    if !is_dns_label(&c.name) {
+        return bad(format!(
+            "invalid container name {:?}: a DNS-1123 label is required",
+            c.name
+        ));
+    }
+    if c.log_path.as_deref().is_some_and(|p| !is_plain_relative(p)) {
+        return bad(format!(
+            "invalid log path {:?}: relative, without '..'",
+            c.log_path
+        ));
+    }
+    for m in &c.mounts {
+        if !m.host_path.is_absolute()
+            || m.host_path
+                .components()
+                .any(|x| x == std::path::Component::ParentDir)
+        {
+            return bad(format!(
+                "mount source {:?} must be an absolute path without '..'",
+                m.host_path
+            ));
+        }
+        if !m.container_path.starts_with('/') || m.container_path.split('/').any(|x| x == "..") {
+            return bad(format!(
+                "mount destination {:?} must be an absolute path without '..'",
+                m.container_path
+            ));
+        }
+        if !m.host_path.exists() {
+            return bad(format!("mount source {} does not exist", m.host_path.display()));
+        }
+    }
+    if c.env.iter().any(|e| !e.contains('=') || e.starts_with('=')) {
+        return bad("environment entries must be NAME=value".into());
+    }
+    Ok(())
+}
+
 /// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
 fn proc_start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -1374,6 +1458,93 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_that_would_leave_their_directories_are_refused() {
+        let sb = SandboxConfig {
+            name: "p".into(),
+            uid: "0000-aa".into(),
+            ..Default::default()
+        };
+        assert!(validate_sandbox(&sb).is_ok());
+        for uid in ["", "../../x", "a/b", "a b"] {
+            let e = validate_sandbox(&SandboxConfig {
+                uid: uid.into(),
+                ..sb.clone()
+            })
+            .expect_err(uid);
+            assert!(e.to_string().contains("invalid pod uid"), "{e}");
+        }
+        let rel = SandboxConfig {
+            log_directory: Some("logs".into()),
+            ..sb.clone()
+        };
+        assert!(validate_sandbox(&rel).is_err());
+        let c = ContainerConfig {
+            name: "app".into(),
+            ..Default::default()
+        };
+        assert!(validate_container(&c).is_ok());
+        for name in ["", "App", "a/b", "../x", "-a", &"a".repeat(64)] {
+            assert!(
+                validate_container(&ContainerConfig {
+                    name: name.into(),
+                    ..c.clone()
+                })
+                .is_err(),
+                "{name:?}"
+            );
+        }
+        assert!(
+            validate_container(&ContainerConfig {
+                log_path: Some("../../etc/passwd".into()),
+                ..c.clone()
+            })
+            .is_err()
+        );
+        assert!(
+            validate_container(&ContainerConfig {
+                log_path: Some("app/0.log".into()),
+                ..c.clone()
+            })
+            .is_ok()
+        );
+        let mount = |h: &str, d: &str| crate::api::Mount {
+            host_path: h.into(),
+            container_path: d.into(),
+            read_only: false,
+        };
+        for (h, d) in [
+            ("tmp", "/x"),
+            ("/tmp/../etc", "/x"),
+            ("/tmp", "x"),
+            ("/tmp", "/a/../../b"),
+            ("/nonexistent-path", "/x"),
+        ] {
+            assert!(
+                validate_container(&ContainerConfig {
+                    mounts: vec![mount(h, d)],
+                    ..c.clone()
+                })
+                .is_err(),
+                "{h} {d}"
+            );
+        }
+        assert!(
+            validate_container(&ContainerConfig {
+                mounts: vec![mount("/tmp", "/data")],
+                ..c.clone()
+            })
+            .is_ok()
+        );
+        assert!(
+            validate_container(&ContainerConfig {
+                env: vec!["NOEQUALS".into()],
+                ..c
+            })
+            .is_err()
+        );
+    }
 
     #[test]
     fn reattach_checks_the_start_time() {
