@@ -499,7 +499,12 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
                         Ctr {
                             id: c.id.clone(),
                             image: c.image.clone(),
-                            restarts: 0,
+                            // Each restart writes `<name>/<restarts>.log`: the count survives us.
+                            restarts: c
+                                .log_path
+                                .as_deref()
+                                .and_then(|p| p.file_stem()?.to_str()?.parse().ok())
+                                .unwrap_or(0),
                             last_terminated: None,
                             retry_at: None,
                             backoff: BACKOFF_START,
