@@ -18,10 +18,17 @@ pub const GUEST_DIR: &str = "usr/lib/nodeos-test";
 
 /// A registry holding the project's `busybox:1` (both arches), for nodes that run pods.
 pub fn busybox_registry() -> Result<TestRegistry> {
+    registry_with(&["busybox:1".to_string()])
+}
+
+/// A registry on loopback holding `names` from the project's test images (both arches).
+pub fn registry_with(names: &[String]) -> Result<TestRegistry> {
     let reg = TestRegistry::start(None)?;
     let oci = tempfile::tempdir()?;
     write_test_images(oci.path(), &["amd64", "arm64"])?;
-    reg.push(oci.path(), "busybox:1", "busybox:1", None)?;
+    for name in names {
+        reg.push(oci.path(), name, name, None)?;
+    }
     Ok(reg)
 }
 
@@ -83,19 +90,9 @@ pub fn run_guest_program(
     done: &str,
     timeout: Duration,
 ) -> Result<(String, PathBuf)> {
-    let reg = TestRegistry::start(None)?;
-    let oci = tempfile::tempdir()?;
-    write_test_images(oci.path(), &["amd64", "arm64"])?;
-    reg.push(oci.path(), "busybox:1", "busybox:1", None)?;
-    reg.push(oci.path(), "layered:1", "layered:1", None)?;
-    for (case, _) in HOSTILE {
-        reg.push(
-            oci.path(),
-            &format!("hostile/{case}:1"),
-            &format!("hostile/{case}:1"),
-            None,
-        )?;
-    }
+    let mut images = vec!["busybox:1".to_string(), "layered:1".to_string()];
+    images.extend(HOSTILE.iter().map(|(case, _)| format!("hostile/{case}:1")));
+    let reg = registry_with(&images)?;
     let mut f = VmFactory::new(&format!("{test_name}-{}", arch.name()))?;
     let bin = guest_bin(arch, program);
     let bytes = std::fs::read(&bin)

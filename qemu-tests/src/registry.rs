@@ -143,7 +143,7 @@ fn file(path: &str, data: &[u8]) -> Entry {
 pub fn write_test_images(dir: &Path, arches: &[&str]) -> Result<()> {
     let mut w = LayoutWriter::new(dir)?;
     let config = ImageConfig {
-        env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        env: vec![runtime::spec::DEFAULT_PATH.into()],
         cmd: vec!["sh".into()],
         ..ImageConfig::default()
     };

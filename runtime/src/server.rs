@@ -196,6 +196,10 @@ pub struct Runtime {
     outbox: Vec<(u64, Reply)>,
     /// The pod bridge's interface index, once created.
     bridge: Option<i32>,
+    /// The machine's memory (bytes), for Burstable oom_score_adj.
+    node_memory: u64,
+    /// Whether the pause root holds the node binary (prepared at the first sandbox).
+    pause_ready: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -263,6 +267,8 @@ impl Runtime {
             execs: BTreeMap::new(),
             outbox: Vec::new(),
             bridge: None,
+            node_memory: mem,
+            pause_ready: false,
         };
         rt.reload();
         rt.update_burstable()?;
@@ -512,7 +518,10 @@ impl Runtime {
         let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id));
         // Prepared on first use, not at startup: no copy of the binary on nodes without pods,
         // and none competing with boot.
-        prepare_pause_root(&self.pause_root)?;
+        if !self.pause_ready {
+            prepare_pause_root(&self.pause_root)?;
+            self.pause_ready = true;
+        }
         spec["root"]["path"] = serde_json::json!(self.pause_root);
         fs::write(bundle.join("config.json"), spec.to_string())
             .map_err(io_ctx("writing the sandbox spec"))?;
@@ -664,7 +673,7 @@ impl Runtime {
         };
         let qos = sb.rec.status.qos;
         let mem_request = config.resources.effective_memory_request().unwrap_or(0);
-        let oom = cgroups::oom_score_adj(qos, mem_request, node_capacity().1, config.node_critical);
+        let oom = cgroups::oom_score_adj(qos, mem_request, self.node_memory, config.node_critical);
         let cgroup = cgroups::container_scope(&sb.rec.status.cgroup, &id);
         let paths = spec::SandboxPaths {
             pause_pid: sb.rec.status.pause_pid.unwrap_or(0),
