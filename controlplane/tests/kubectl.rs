@@ -350,6 +350,145 @@ fn scale_set_image_patch_cordon() {
     );
 }
 
+/// `kubectl create <generator>` sends protobuf bodies (kubectl 1.32): each object arrives with
+/// the fields the generator set, nothing Go's zero values would add, and the server's defaults.
+#[test]
+fn create_generators_send_protobuf() {
+    let s = start();
+    assert_eq!(
+        s.ok(&["create", "namespace", "team"]).trim(),
+        "namespace/team created"
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "ns",
+            "team",
+            "-o",
+            "jsonpath={.status.phase} {.metadata.labels}"
+        ]),
+        r#"Active {"kubernetes.io/metadata.name":"team"}"#
+    );
+    let n = ["-n", "team"];
+    let created = |args: &[&str]| s.ok(&[&n[..], args].concat());
+    assert!(
+        created(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=0"
+        ])
+        .contains("created")
+    );
+    assert_eq!(
+        s.ok(&[&n[..], &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}|{.spec.selector.matchLabels.app}|{.spec.template.spec.containers[0].name}={.spec.template.spec.containers[0].image}|{.spec.strategy.type} {.spec.strategy.rollingUpdate.maxSurge}|{.spec.paused}|{.metadata.creationTimestamp}"][..]].concat()).split('|').take(5).collect::<Vec<_>>(),
+        ["0", "web", "nginx=nginx:1.27", "RollingUpdate 25%", ""]
+    );
+    let stamp = s.ok(&[
+        &n[..],
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.metadata.creationTimestamp}",
+        ][..],
+    ]
+    .concat());
+    assert!(
+        stamp.ends_with('Z') && stamp.len() == 20,
+        "creationTimestamp set by the server: {stamp}"
+    );
+
+    created(&[
+        "create",
+        "configmap",
+        "cfg",
+        "--from-literal=a=1",
+        "--from-literal=b=two words",
+    ]);
+    assert_eq!(
+        s.ok(&[&n[..], &["get", "cm", "cfg", "-o", "jsonpath={.data}"][..]].concat()),
+        r#"{"a":"1","b":"two words"}"#
+    );
+    created(&["create", "secret", "generic", "pw", "--from-literal=pw=hunter2"]);
+    assert_eq!(
+        s.ok(&[
+            &n[..],
+            &["get", "secret", "pw", "-o", "jsonpath={.type} {.data.pw}"][..]
+        ]
+        .concat()),
+        "Opaque aHVudGVyMg=="
+    );
+    created(&["create", "service", "clusterip", "web", "--tcp=80:8080"]);
+    assert_eq!(
+        s.ok(&[&n[..], &["get", "svc", "web", "-o", "jsonpath={.spec.type} {.spec.ports[0].name} {.spec.ports[0].protocol} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector}"][..]].concat()),
+        r#"ClusterIP 80-8080 TCP 80 8080 {"app":"web"}"#
+    );
+    created(&[
+        "create",
+        "job",
+        "once",
+        "--image=busybox:1.36",
+        "--",
+        "echo",
+        "hi",
+    ]);
+    assert_eq!(
+        s.ok(&[
+            &n[..],
+            &[
+                "get",
+                "job",
+                "once",
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].command} {.spec.template.spec.restartPolicy}"
+            ][..]
+        ]
+        .concat()),
+        r#"["echo","hi"] Never"#
+    );
+    created(&[
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox:1.36",
+        "--schedule=*/5 * * * *",
+    ]);
+    assert_eq!(
+        s.ok(&[
+            &n[..],
+            &[
+                "get",
+                "cronjob",
+                "tick",
+                "-o",
+                "jsonpath={.spec.schedule} {.spec.jobTemplate.spec.template.spec.containers[0].image}"
+            ][..]
+        ]
+        .concat()),
+        "*/5 * * * * busybox:1.36"
+    );
+    created(&["create", "serviceaccount", "robot"]);
+    // A server-side dry run decodes the body and persists nothing.
+    assert!(
+        created(&[
+            "create",
+            "configmap",
+            "ghost",
+            "--from-literal=x=y",
+            "--dry-run=server"
+        ])
+        .contains("(server dry run)")
+    );
+    let (ok, _, err) = s.kubectl(&["get", "cm", "ghost", "-n", "team"]);
+    assert!(!ok && err.contains("not found"), "{err}");
+    // A generator whose object fails validation gets the server's message.
+    let (ok, _, err) = s.kubectl(&["create", "deployment", "Bad_Name", "--image=nginx", "-n", "team"]);
+    assert!(!ok && err.contains("metadata.name: Invalid value"), "{err}");
+}
+
 #[test]
 fn delete_cascade_modes() {
     let s = start();

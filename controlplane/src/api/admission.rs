@@ -142,8 +142,19 @@ impl Api {
                     if obj["spec"].get("progressDeadlineSeconds").is_none() {
                         obj["spec"]["progressDeadlineSeconds"] = json!(600);
                     }
-                    if obj["spec"].get("strategy").is_none() {
-                        obj["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
+                    // An absent or empty strategy (protobuf bodies carry `strategy: {}`) is a
+                    // rolling update; a rolling update without parameters gets 25 % / 25 %.
+                    let strategy = &mut obj["spec"]["strategy"];
+                    if strategy["type"].as_str().is_none_or(str::is_empty) {
+                        strategy["type"] = json!("RollingUpdate");
+                    }
+                    if strategy["type"] == "RollingUpdate" {
+                        let ru = &mut strategy["rollingUpdate"];
+                        for k in ["maxSurge", "maxUnavailable"] {
+                            if ru.get(k).is_none_or(Value::is_null) {
+                                ru[k] = json!("25%");
+                            }
+                        }
                     }
                 }
             }

@@ -8,6 +8,7 @@ mod delete;
 pub mod discovery;
 pub mod object;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod status;
 pub mod table;
@@ -354,17 +355,17 @@ impl Api {
             }
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| json_response(200, &v)),
             (Method::POST, false, None) => {
-                let obj = parse_json_body(&ct, &body)?;
+                let obj = parse_object_body(&ct, &body)?;
                 let (code, v) = self.create(&t, obj, &query, caller).await?;
                 Ok(json_response(code, &v))
             }
             (Method::POST, true, Some("eviction")) => self.evict(&t).await.map(|v| json_response(201, &v)),
             (Method::POST, true, Some("binding")) => {
-                let obj = parse_json_body(&ct, &body)?;
+                let obj = parse_object_body(&ct, &body)?;
                 self.bind(&t, obj).await.map(|v| json_response(201, &v))
             }
             (Method::PUT, true, None | Some("status") | Some("finalize")) => {
-                let obj = parse_json_body(&ct, &body)?;
+                let obj = parse_object_body(&ct, &body)?;
                 self.update(&t, obj, &query).await.map(|v| json_response(200, &v))
             }
             (Method::PUT | Method::PATCH, true, Some("scale")) => self
@@ -413,6 +414,17 @@ fn openapi_v2_empty() -> Response<Body> {
         HeaderValue::from_static("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
     );
     resp
+}
+
+/// Decodes a create/update body: Kubernetes protobuf (what kubectl 1.32's typed clients send) or
+/// JSON.
+pub(crate) fn parse_object_body(ct: &str, body: &Bytes) -> Result<Value, ApiError> {
+    if ct.split(';').next().unwrap_or_default().trim() == protobuf::MEDIA_TYPE {
+        return protobuf::decode(body).map_err(|e| {
+            ApiError::bad_request(format!("the request body could not be decoded as protobuf: {e}"))
+        });
+    }
+    parse_json_body(ct, body)
 }
 
 /// Decodes a JSON (or YAML-flavoured JSON) request body into an object.

@@ -200,6 +200,8 @@ async fn bad_bodies_change_nothing() {
             "k8s\0junk",
         )
         .await;
+    assert_eq!(code, 400);
+    let (code, _) = f.call(Method::POST, PODS, "application/cbor", "{}").await;
     assert_eq!(code, 415);
     let (code, _) = f
         .call(Method::POST, PODS, "application/json", &"x".repeat(MAX_BODY + 1))
