@@ -489,6 +489,54 @@ fn create_generators_send_protobuf() {
     assert!(!ok && err.contains("metadata.name: Invalid value"), "{err}");
 }
 
+/// `kubectl explain` reads the OpenAPI v3 documents; unknown fields are refused under kubectl's
+/// default `--validate=strict` and dropped with `--validate=false`.
+#[test]
+fn explain_and_field_validation() {
+    let s = start();
+    let out = s.ok(&["explain", "pods.spec.containers.ports"]);
+    assert!(out.contains("KIND:       Pod"), "{out}");
+    assert!(out.contains("FIELD: ports <[]ContainerPort>"), "{out}");
+    assert!(out.contains("containerPort\t<integer> -required-"), "{out}");
+    let out = s.ok(&["explain", "deployment.spec.strategy"]);
+    assert!(
+        out.contains("GROUP:      apps") && out.contains("rollingUpdate\t<RollingUpdateDeployment>"),
+        "{out}"
+    );
+    let out = s.ok(&["explain", "cronjobs", "--recursive"]);
+    assert!(out.contains("schedule\t<string> -required-"), "{out}");
+
+    let typo = DEPLOYMENT.replace("replicas: 2", "replicaz: 2").replace(
+        "image: nginx:1.26",
+        "image: nginx:1.26\n        imagePullPolizy: Always",
+    );
+    let (ok, _, err) = s.kubectl_stdin(&["create", "-f", "-"], Some(&typo));
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.replicaz\", unknown field \"spec.template.spec.containers[0].imagePullPolizy\""
+    );
+    let (ok, _, err) = s.kubectl(&["get", "deploy", "web"]);
+    assert!(!ok && err.contains("not found"), "nothing was created: {err}");
+    let (ok, _, err) = s.kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&typo));
+    assert!(
+        !ok && err.contains("strict decoding error: unknown field \"spec.replicaz\""),
+        "{err}"
+    );
+    s.apply(&["apply", "--validate=false", "-f", "-"], &typo);
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0]}"
+        ]),
+        r#"1 {"image":"nginx:1.26","name":"nginx"}"#,
+        "unknown fields dropped, defaults applied"
+    );
+}
+
 #[test]
 fn delete_cascade_modes() {
     let s = start();

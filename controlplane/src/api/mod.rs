@@ -7,6 +7,7 @@ mod admission;
 mod delete;
 pub mod discovery;
 pub mod object;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;
@@ -293,6 +294,12 @@ impl Api {
                 .map(|d| json_response(200, &d))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
             (Method::GET, ["openapi", "v2"]) => Ok(openapi_v2_empty()),
+            (Method::GET, ["openapi", "v3"]) => Ok(json_bytes_response(openapi::documents().root.clone())),
+            (Method::GET, ["openapi", "v3", gv @ ..]) => openapi::documents()
+                .docs
+                .get(&gv.join("/"))
+                .map(|(_, doc)| json_bytes_response(doc.clone()))
+                .ok_or_else(|| ApiError::not_found_path(&path)),
             (_, ["api", ..]) | (_, ["apis", ..]) => match parse_target(&segs) {
                 Ok(t) => self.dispatch(req, t, query, caller).await,
                 Err(e) => Err(e),
@@ -403,6 +410,13 @@ impl Api {
             ))),
         }
     }
+}
+
+fn json_bytes_response(body: Bytes) -> Response<Body> {
+    let mut resp = Response::new(full(body));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
 }
 
 /// kubectl validates manifests against OpenAPI before create/apply; an empty protobuf document

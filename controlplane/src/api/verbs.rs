@@ -12,7 +12,7 @@ use super::admission::{check_shape, check_type, selector_requirements};
 use super::object::{self, labels_match, parse_field_selector, parse_label_selector};
 use super::registry::{self, Resource};
 use super::status::{self, ApiError};
-use super::{Api, Query, Target, Want, patch, table};
+use super::{Api, Query, Target, Want, openapi, patch, table};
 use crate::storage::{KeyValue, StoreError, Write};
 
 /// Maps a store error to an API error for `res`/`name`.
@@ -133,6 +133,22 @@ impl Filter {
     }
 }
 
+/// Applies `fieldValidation` (OpenAPI schemas): Strict refuses unknown fields, Warn and Ignore
+/// drop them (Go's typed decoding never stores them).
+fn drop_unknown_fields(res: &Resource, obj: &mut Value, q: &Query) -> Result<(), ApiError> {
+    let mode = openapi::FieldValidation::parse(q.get("fieldValidation"))?;
+    let dropped = openapi::enforce(res, obj, mode)?;
+    if !dropped.is_empty() {
+        tracing::info!(
+            kind = res.kind,
+            name = name_of(obj),
+            ?dropped,
+            "unknown fields dropped"
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn b64_bytes(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
@@ -245,6 +261,7 @@ impl Api {
         let res = t.res;
         check_shape(res, &obj)?;
         check_type(res, &obj)?;
+        drop_unknown_fields(res, &mut obj, q)?;
         obj["apiVersion"] = json!(res.api_version());
         obj["kind"] = json!(res.kind);
         if !obj["metadata"].is_object() {
@@ -370,6 +387,7 @@ impl Api {
         let name = t.name.clone().unwrap_or_default();
         check_shape(res, &new)?;
         check_type(res, &new)?;
+        drop_unknown_fields(res, &mut new, q)?;
         new["apiVersion"] = json!(res.api_version());
         new["kind"] = json!(res.kind);
         if name_of(&new) != name {

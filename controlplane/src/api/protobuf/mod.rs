@@ -119,13 +119,9 @@ pub(super) struct Field {
     pub kind: Kind,
     pub repeated: bool,
     /// `+listType` (atomic, set, map), `+patchStrategy`, `+patchMergeKey`, `+listMapKey`s.
-    #[allow(dead_code)]
     pub list_type: &'static str,
-    #[allow(dead_code)]
     pub patch_strategy: &'static str,
-    #[allow(dead_code)]
     pub merge_key: &'static str,
-    #[allow(dead_code)]
     pub map_keys: &'static [&'static str],
 }
 
@@ -170,6 +166,40 @@ pub enum DecodeError {
     TooDeep,
     #[error("timestamp {0} is out of range")]
     Time(i64),
+}
+
+/// The list markers of the table as OpenAPI extensions: (schema name, JSON field, extensions),
+/// e.g. `("io.k8s.api.core.v1.PodSpec", "containers", {"x-kubernetes-patch-merge-key": "name", ...})`.
+pub(super) fn list_markers() -> Vec<(String, &'static str, serde_json::Map<String, Value>)> {
+    let mut out = Vec::new();
+    for m in schema::MESSAGES {
+        let Some(rest) = m.name.strip_prefix("k8s.io.") else {
+            continue;
+        };
+        let def = format!("io.k8s.{rest}");
+        for f in m.fields.iter().filter(|f| !f.json.is_empty()) {
+            let mut ext = Map::new();
+            for (key, v) in [
+                ("x-kubernetes-list-type", f.list_type),
+                ("x-kubernetes-patch-strategy", f.patch_strategy),
+                ("x-kubernetes-patch-merge-key", f.merge_key),
+            ] {
+                if !v.is_empty() {
+                    ext.insert(key.into(), Value::String(v.into()));
+                }
+            }
+            if !f.map_keys.is_empty() {
+                ext.insert(
+                    "x-kubernetes-list-map-keys".into(),
+                    f.map_keys.iter().map(|k| Value::from(*k)).collect(),
+                );
+            }
+            if !ext.is_empty() {
+                out.push((def.clone(), f.json, ext));
+            }
+        }
+    }
+    out
 }
 
 /// Decodes a Kubernetes protobuf document into its JSON object (with apiVersion and kind).

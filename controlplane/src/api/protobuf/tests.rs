@@ -113,7 +113,13 @@ fn deployment_like_kubectl_create() {
         })
     );
     // apiVersion and kind come first, as in Go's output.
-    let keys: Vec<_> = got.as_object().expect("an object").keys().take(2).cloned().collect();
+    let keys: Vec<_> = got
+        .as_object()
+        .expect("an object")
+        .keys()
+        .take(2)
+        .cloned()
+        .collect();
     assert_eq!(keys, ["apiVersion", "kind"]);
 }
 

@@ -1,0 +1,430 @@
+//! OpenAPI v3 (`/openapi/v3`, `/openapi/v3/<group-version>`) and server-side field validation.
+//!
+//! The schemas are the Kubernetes 1.32 ones as the `k8s-openapi` crate carries them (its
+//! `schemars` implementations, with the upstream descriptions), so `kubectl explain` shows the
+//! real documentation. Each served kind's schema gets `x-kubernetes-group-version-kind`; list
+//! fields get the `x-kubernetes-patch-*`/`x-kubernetes-list-*` markers from the protobuf field
+//! table (`protobuf::list_markers`). Every resource's item path carries a `patch` operation with
+//! the `fieldValidation` parameter, which tells kubectl that the server validates fields, so it
+//! sends `fieldValidation=Strict` and skips its own (OpenAPI v2) validation.
+//!
+//! The same schemas drive [`enforce`]: fields a kind does not have are rejected (`Strict`, with
+//! the Go API server's `strict decoding error: unknown field "…"` message) or dropped (`Warn`,
+//! the default, and `Ignore`), as the Go server's typed decoding drops them.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use k8s_openapi::schemars::SchemaGenerator;
+use k8s_openapi::schemars::generate::SchemaSettings;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::discovery::{KUBE_MAJOR, KUBE_MINOR};
+use super::registry::{RESOURCES, Resource};
+use super::status::ApiError;
+
+const REF_PREFIX: &str = "#/components/schemas/";
+
+/// The generated documents, built once on first use.
+#[derive(Debug)]
+pub struct Documents {
+    /// `/openapi/v3`.
+    pub root: Bytes,
+    /// Group-version path (`api/v1`, `apis/apps/v1`) → (hash, document).
+    pub docs: BTreeMap<String, (String, Bytes)>,
+    /// Every component schema of every group-version, by name.
+    schemas: Map<String, Value>,
+}
+
+/// The documents (generated on first call; ~1 MB of JSON).
+pub fn documents() -> &'static Documents {
+    static DOCS: OnceLock<Documents> = OnceLock::new();
+    DOCS.get_or_init(build)
+}
+
+macro_rules! kinds {
+    ($($g:literal $v:literal $k:literal => $t:ty),* $(,)?) => {
+        /// The schema reference of a served kind, added to `g`'s definitions.
+        fn kind_schema(g: &mut SchemaGenerator, group: &str, version: &str, kind: &str) -> Option<Value> {
+            match (group, version, kind) {
+                $(($g, $v, $k) => serde_json::to_value(g.subschema_for::<$t>()).ok(),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+kinds! {
+    "" "v1" "Pod" => k8s_openapi::api::core::v1::Pod,
+    "" "v1" "Namespace" => k8s_openapi::api::core::v1::Namespace,
+    "" "v1" "Node" => k8s_openapi::api::core::v1::Node,
+    "" "v1" "Service" => k8s_openapi::api::core::v1::Service,
+    "" "v1" "Endpoints" => k8s_openapi::api::core::v1::Endpoints,
+    "" "v1" "ConfigMap" => k8s_openapi::api::core::v1::ConfigMap,
+    "" "v1" "Secret" => k8s_openapi::api::core::v1::Secret,
+    "" "v1" "ServiceAccount" => k8s_openapi::api::core::v1::ServiceAccount,
+    "" "v1" "Event" => k8s_openapi::api::core::v1::Event,
+    "" "v1" "PersistentVolumeClaim" => k8s_openapi::api::core::v1::PersistentVolumeClaim,
+    "" "v1" "PersistentVolume" => k8s_openapi::api::core::v1::PersistentVolume,
+    "apps" "v1" "Deployment" => k8s_openapi::api::apps::v1::Deployment,
+    "apps" "v1" "ReplicaSet" => k8s_openapi::api::apps::v1::ReplicaSet,
+    "apps" "v1" "StatefulSet" => k8s_openapi::api::apps::v1::StatefulSet,
+    "apps" "v1" "DaemonSet" => k8s_openapi::api::apps::v1::DaemonSet,
+    "apps" "v1" "ControllerRevision" => k8s_openapi::api::apps::v1::ControllerRevision,
+    "batch" "v1" "Job" => k8s_openapi::api::batch::v1::Job,
+    "batch" "v1" "CronJob" => k8s_openapi::api::batch::v1::CronJob,
+    "coordination.k8s.io" "v1" "Lease" => k8s_openapi::api::coordination::v1::Lease,
+    "policy" "v1" "PodDisruptionBudget" => k8s_openapi::api::policy::v1::PodDisruptionBudget,
+    "discovery.k8s.io" "v1" "EndpointSlice" => k8s_openapi::api::discovery::v1::EndpointSlice,
+    "events.k8s.io" "v1" "Event" => k8s_openapi::api::events::v1::Event,
+    "autoscaling" "v2" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+    "networking.k8s.io" "v1" "Ingress" => k8s_openapi::api::networking::v1::Ingress,
+    "networking.k8s.io" "v1" "IngressClass" => k8s_openapi::api::networking::v1::IngressClass,
+    "networking.k8s.io" "v1" "NetworkPolicy" => k8s_openapi::api::networking::v1::NetworkPolicy,
+    "node.k8s.io" "v1" "RuntimeClass" => k8s_openapi::api::node::v1::RuntimeClass,
+    "scheduling.k8s.io" "v1" "PriorityClass" => k8s_openapi::api::scheduling::v1::PriorityClass,
+    "rbac.authorization.k8s.io" "v1" "Role" => k8s_openapi::api::rbac::v1::Role,
+    "rbac.authorization.k8s.io" "v1" "RoleBinding" => k8s_openapi::api::rbac::v1::RoleBinding,
+    "rbac.authorization.k8s.io" "v1" "ClusterRole" => k8s_openapi::api::rbac::v1::ClusterRole,
+    "rbac.authorization.k8s.io" "v1" "ClusterRoleBinding" => k8s_openapi::api::rbac::v1::ClusterRoleBinding,
+    "certificates.k8s.io" "v1" "CertificateSigningRequest" => k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+}
+
+/// `api/v1` or `apis/<group>/<version>`.
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn ref_name(reference: &Value) -> Option<&str> {
+    reference["$ref"].as_str()?.strip_prefix(REF_PREFIX)
+}
+
+fn build() -> Documents {
+    let mut gvs: BTreeMap<(&str, &str), Vec<&Resource>> = BTreeMap::new();
+    for r in RESOURCES {
+        gvs.entry((r.group, r.version)).or_default().push(r);
+    }
+    let markers = super::protobuf::list_markers();
+    let (mut docs, mut all, mut root_paths) = (BTreeMap::new(), Map::new(), Map::new());
+    for ((group, version), resources) in gvs {
+        let mut g = SchemaSettings::openapi3().into_generator();
+        let mut paths = Map::new();
+        let mut kinds = Vec::new();
+        for r in &resources {
+            let Some(reference) = kind_schema(&mut g, group, version, r.kind) else {
+                tracing::warn!(kind = r.kind, "no OpenAPI schema for a served kind");
+                continue;
+            };
+            let Some(name) = ref_name(&reference).map(str::to_string) else {
+                continue;
+            };
+            let gvk = json!({"group": group, "version": version, "kind": r.kind});
+            let prefix = format!("/{}", gv_path(group, version));
+            let item = if r.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+            } else {
+                format!("{prefix}/{}/{{name}}", r.plural)
+            };
+            paths.insert(item, item_path(&gvk, &reference));
+            kinds.push((name, gvk));
+        }
+        let mut schemas = g.take_definitions(true);
+        for (name, gvk) in kinds {
+            if let Some(Value::Object(s)) = schemas.get_mut(&name) {
+                s.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
+                // k8s-openapi marks metadata required (it is not an Option there); the API does not.
+                if let Some(Value::Array(req)) = s.get_mut("required") {
+                    req.retain(|f| f != "metadata");
+                }
+            }
+        }
+        for (def, field, ext) in &markers {
+            if let Some(prop) = schemas
+                .get_mut(def.as_str())
+                .and_then(|s| s["properties"].get_mut(*field))
+                && let Value::Object(p) = prop
+            {
+                p.extend(ext.clone());
+            }
+        }
+        let doc = json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0")},
+            "paths": paths,
+            "components": {"schemas": schemas},
+        });
+        let bytes = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+        let hash: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        let path = gv_path(group, version);
+        root_paths.insert(
+            path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}),
+        );
+        if let Value::Object(s) = &doc["components"]["schemas"] {
+            all.extend(s.clone());
+        }
+        docs.insert(path, (hash, bytes));
+    }
+    let root = Bytes::from(serde_json::to_vec(&json!({"paths": root_paths})).unwrap_or_default());
+    Documents {
+        root,
+        docs,
+        schemas: all,
+    }
+}
+
+/// The item path of a resource: get and patch, the latter with the `fieldValidation` parameter.
+fn item_path(gvk: &Value, reference: &Value) -> Value {
+    let param =
+        |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+    let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}});
+    let body: Map<String, Value> = [
+        "application/json-patch+json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ]
+    .into_iter()
+    .map(|ct| (ct.to_string(), json!({"schema": {"type": "object"}})))
+    .collect();
+    json!({
+        "get": {
+            "responses": ok,
+            "x-kubernetes-action": "get",
+            "x-kubernetes-group-version-kind": gvk,
+        },
+        "patch": {
+            "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation"), param("force")],
+            "requestBody": {"content": body, "required": true},
+            "responses": ok,
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+        },
+    })
+}
+
+/// What to do with fields a kind does not have (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them (the default).
+    Warn,
+    /// Refuse the request.
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(v: Option<&str>) -> Result<Self, ApiError> {
+        match v {
+            None | Some("" | "Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter {other:?} is not one of \"Ignore\", \"Warn\" or \"Strict\""
+            ))),
+        }
+    }
+}
+
+/// Checks `obj` (of the resource's kind) for fields its schema does not have: an error under
+/// `Strict`; otherwise they are removed and their paths returned.
+pub fn enforce(res: &Resource, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
+    let docs = documents();
+    let name = docs.schemas.iter().find_map(|(name, s)| {
+        s["x-kubernetes-group-version-kind"]
+            .as_array()?
+            .iter()
+            .any(|g| g["group"] == res.group && g["version"] == res.version && g["kind"] == res.kind)
+            .then_some(name)
+    });
+    let Some(schema) = name.and_then(|n| docs.schemas.get(n)) else {
+        return Ok(Vec::new());
+    };
+    let mut unknown = Vec::new();
+    walk(
+        &docs.schemas,
+        schema,
+        obj,
+        "",
+        &mut unknown,
+        mode != FieldValidation::Strict,
+    );
+    if mode == FieldValidation::Strict && !unknown.is_empty() {
+        let list: Vec<String> = unknown.iter().map(|f| format!("unknown field {f:?}")).collect();
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            list.join(", "),
+            kind = res.kind,
+            version = res.version,
+        )));
+    }
+    Ok(unknown)
+}
+
+/// Follows `$ref` and single-element `allOf` wrappers.
+fn resolve<'a>(schemas: &'a Map<String, Value>, mut s: &'a Value) -> &'a Value {
+    for _ in 0..8 {
+        if let Some(name) = ref_name(s) {
+            match schemas.get(name) {
+                Some(t) => s = t,
+                None => return s,
+            }
+        } else if let Some([inner]) = s["allOf"].as_array().map(Vec::as_slice) {
+            s = inner;
+        } else {
+            break;
+        }
+    }
+    s
+}
+
+fn walk(
+    schemas: &Map<String, Value>,
+    schema: &Value,
+    v: &mut Value,
+    path: &str,
+    out: &mut Vec<String>,
+    prune: bool,
+) {
+    let schema = resolve(schemas, schema);
+    if schema["x-kubernetes-preserve-unknown-fields"] == true {
+        return;
+    }
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match v {
+        Value::Object(m) => {
+            if let Some(props) = schema["properties"].as_object() {
+                let mut drop = Vec::new();
+                for (k, child) in m.iter_mut() {
+                    match props.get(k) {
+                        Some(s) => walk(schemas, s, child, &join(k), out, prune),
+                        None => {
+                            out.push(join(k));
+                            drop.push(k.clone());
+                        }
+                    }
+                }
+                if prune {
+                    for k in drop {
+                        m.remove(&k);
+                    }
+                }
+            } else if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, child) in m.iter_mut() {
+                    walk(schemas, extra, child, &join(k), out, prune);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                for (i, child) in items.iter_mut().enumerate() {
+                    walk(schemas, item, child, &format!("{path}[{i}]"), out, prune);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::registry::find;
+
+    #[test]
+    fn documents_cover_every_served_kind() {
+        let d = documents();
+        let root: Value = serde_json::from_slice(&d.root).expect("root JSON");
+        for r in RESOURCES {
+            let path = gv_path(r.group, r.version);
+            let url = root["paths"][&path]["serverRelativeURL"]
+                .as_str()
+                .expect("listed");
+            let (hash, doc) = &d.docs[&path];
+            assert!(url.ends_with(hash.as_str()));
+            let doc: Value = serde_json::from_slice(doc).expect("doc JSON");
+            let found = doc["components"]["schemas"]
+                .as_object()
+                .expect("schemas")
+                .values()
+                .any(|s| {
+                    s["x-kubernetes-group-version-kind"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|g| g["kind"] == r.kind && g["group"] == r.group))
+                });
+            assert!(found, "{} {}", r.api_version(), r.kind);
+        }
+        let apps: Value = serde_json::from_slice(&d.docs["apis/apps/v1"].1).expect("apps");
+        let item = &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+        assert_eq!(item["x-kubernetes-group-version-kind"]["kind"], "Deployment");
+        let core: Value = serde_json::from_slice(&d.docs["api/v1"].1).expect("core");
+        let containers =
+            &core["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+        assert!(
+            core["components"]["schemas"]["io.k8s.api.core.v1.Pod"]["required"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_or_dropped() {
+        let deploy = find("apps", "v1", "deployments").expect("served");
+        let obj = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"any-key": "v"}, "annotations": {"a": "b"}, "colour": "red"},
+            "spec": {
+                "replicaz": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [
+                    {"name": "a", "image": "nginx", "resources": {"limits": {"cpu": "1"}}},
+                    {"name": "b", "image": "nginx", "imagez": "x", "ports": [{"containerPort": 80, "hostPortt": 1}]}
+                ]}}
+            }
+        });
+        let mut strict = obj.clone();
+        let err = enforce(deploy, &mut strict, FieldValidation::Strict).expect_err("strict refuses");
+        assert_eq!(err.code, 400);
+        assert_eq!(
+            err.message,
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: \
+             unknown field \"metadata.colour\", unknown field \"spec.replicaz\", \
+             unknown field \"spec.template.spec.containers[1].imagez\", \
+             unknown field \"spec.template.spec.containers[1].ports[0].hostPortt\""
+        );
+        assert_eq!(strict, obj, "nothing changed under Strict");
+        let mut warn = obj.clone();
+        let dropped = enforce(deploy, &mut warn, FieldValidation::Warn).expect("warn keeps going");
+        assert_eq!(dropped.len(), 4);
+        assert!(warn["spec"].get("replicaz").is_none() && warn["metadata"].get("colour").is_none());
+        assert_eq!(warn["metadata"]["labels"]["any-key"], "v");
+        assert_eq!(
+            warn["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "1"
+        );
+        let mut clean = warn.clone();
+        assert_eq!(
+            enforce(deploy, &mut clean, FieldValidation::Strict).expect("valid"),
+            Vec::<String>::new()
+        );
+        assert!(FieldValidation::parse(Some("Loose")).is_err());
+    }
+}
