@@ -317,6 +317,76 @@ fn apply_twice_server_side_dry_run_and_diff() {
     assert!(s.ok(&["get", "deploy"]).contains("web-ssa"));
 }
 
+/// Server-side apply tracks field owners: a field another manager changed is a conflict (409,
+/// printed by kubectl), `--force-conflicts` takes it over, and a label the applier stops
+/// applying is removed.
+#[test]
+fn server_side_apply_conflicts_and_ownership() {
+    let s = start();
+    let with_tier = DEPLOYMENT.replace("labels: {app: web}\nspec", "labels: {app: web, tier: fe}\nspec");
+    assert!(
+        s.apply(&["apply", "--server-side", "-f", "-"], &with_tier)
+            .contains("serverside-applied")
+    );
+    let owners = "jsonpath={range .metadata.managedFields[*]}{.manager}/{.operation} {end}";
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "--show-managed-fields", "-o", owners]),
+        "kubectl/Apply "
+    );
+    s.ok(&["patch", "deploy", "web", "-p", r#"{"spec":{"replicas":4}}"#]);
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "--show-managed-fields", "-o", owners]),
+        "kubectl/Apply kubectl-patch/Update "
+    );
+    // Re-applying replicas: 2 would undo kubectl-patch's change.
+    let (ok, _, err) = s.kubectl_stdin(&["apply", "--server-side", "-f", "-"], Some(&with_tier));
+    assert!(!ok);
+    assert!(
+        err.contains(
+            r#"Apply failed with 1 conflict: conflict with "kubectl-patch" using apps/v1: .spec.replicas"#
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "4",
+        "nothing changed"
+    );
+    // Forced, and without the tier label: replicas taken over, tier removed.
+    s.apply(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        DEPLOYMENT,
+    );
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.labels}"
+        ]),
+        r#"2 {"app":"web"}"#
+    );
+    let fields = s.ok(&[
+        "get",
+        "deploy",
+        "web",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[?(@.manager==\"kubectl\")].fieldsV1.f:spec.f:replicas}",
+    ]);
+    assert_eq!(fields, "{}", "kubectl owns .spec.replicas now");
+    // Apply without a field manager is refused.
+    let (ok, _, err) = s.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager=", "-f", "-"],
+        Some(DEPLOYMENT),
+    );
+    assert!(
+        !ok && err.contains("fieldManager: Required value: is required for apply patch"),
+        "{err}"
+    );
+}
+
 #[test]
 fn scale_set_image_patch_cordon() {
     let s = start();

@@ -252,7 +252,7 @@ def main():
     print("// markers) and k8s-openapi 0.26 / Kubernetes 1.34 (JSON names). Do not edit by hand.")
     print("use super::{Field as F, Kind as K, Message as M};")
     print()
-    print("pub(super) static MESSAGES: &[M] = &[")
+    print("pub(crate) static MESSAGES: &[M] = &[")
     for name in order:
         special = SPECIAL.get(name)
         print(f'    M {{ name: "{name}", special: {"Some(super::Special::" + special + ")" if special else "None"}, fields: &[')
@@ -267,7 +267,7 @@ def main():
     print("];")
     print()
     print("/// (apiVersion, kind, index into MESSAGES) of every top-level kind, sorted.")
-    print("pub(super) static KINDS: &[(&str, &str, usize)] = &[")
+    print("pub(crate) static KINDS: &[(&str, &str, usize)] = &[")
     for api_version, kind, msg in top:
         print(f'    ("{api_version}", "{kind}", {index[msg]}),')
     print("];")

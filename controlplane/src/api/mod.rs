@@ -6,6 +6,7 @@
 mod admission;
 mod delete;
 pub mod discovery;
+pub mod fieldmanager;
 pub mod object;
 pub mod openapi;
 pub mod patch;
@@ -13,6 +14,7 @@ pub mod protobuf;
 pub mod registry;
 pub mod status;
 pub mod table;
+pub mod types;
 mod verbs;
 mod watch;
 
@@ -96,6 +98,25 @@ impl Query {
 
     pub fn dry_run(&self) -> bool {
         self.get("dryRun") == Some("All")
+    }
+
+    /// The field manager a client named with `fieldManager` (None for the server's own writes).
+    pub fn field_manager(&self) -> Option<&str> {
+        self.get("fieldManager").filter(|m| !m.is_empty())
+    }
+
+    /// Without a `fieldManager` parameter, a client's writes are managed under the product token
+    /// of its User-Agent (`kubectl/v1.32.5 (linux/amd64) ...` → `kubectl`), as upstream.
+    fn default_field_manager(&mut self, user_agent: Option<&str>) {
+        if self.field_manager().is_none() {
+            let token = user_agent
+                .and_then(|ua| ua.split('/').next())
+                .map(str::trim)
+                .unwrap_or_default();
+            let manager = if token.is_empty() { "unknown" } else { token };
+            self.0
+                .push(("fieldManager".into(), manager.chars().take(128).collect()));
+        }
     }
 }
 
@@ -338,6 +359,13 @@ impl Api {
     ) -> Result<Response<Body>, ApiError> {
         let want = want(&req);
         let method = req.method().clone();
+        let explicit_manager = query.field_manager().is_some();
+        let mut query = query;
+        query.default_field_manager(
+            req.headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+        );
         let ct = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -376,10 +404,18 @@ impl Api {
                 self.update(&t, obj, &query).await.map(|v| json_response(200, &v))
             }
             (Method::PUT | Method::PATCH, true, Some("scale")) => self
-                .patch_scale(&t, &ct, &body)
+                .patch_scale(&t, &ct, &body, &query)
                 .await
                 .map(|v| json_response(200, &v)),
             (Method::PATCH, true, None | Some("status")) => {
+                if ct.starts_with("application/apply-patch") && !explicit_manager {
+                    return Err(ApiError {
+                        code: 422,
+                        reason: "Invalid",
+                        message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
+                        details: None,
+                    });
+                }
                 let (code, v) = self.patch(&t, &ct, &body, &query).await?;
                 Ok(json_response(code, &v))
             }

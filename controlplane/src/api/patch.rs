@@ -1,11 +1,15 @@
 //! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge patch.
 //!
-//! Strategic merge here follows Kubernetes' rules for the lists kubectl patches: lists of objects
-//! with a known merge key (containers by `name`, ports by `containerPort`, ...) are merged
-//! element by element; `$patch: delete|replace` on map and list elements, `$setElementOrder/<list>`
-//! for ordering and `$retainKeys` are honoured; other lists are replaced.
+//! Strategic merge follows the Go types' markers ([`Type`]): lists with `patchStrategy: merge`
+//! and a merge key (containers by `name`, container ports by `containerPort`, Service ports by
+//! `port`, ...) are merged element by element, lists of scalars with `patchStrategy: merge`
+//! (finalizers) as sets; `$patch: delete|replace` on map and list elements,
+//! `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys` are honoured;
+//! other lists are replaced.
 
 use serde_json::{Map, Value};
+
+use super::types::Type;
 
 pub use kcore::json::merge_patch;
 
@@ -132,40 +136,8 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The merge key of a list field, by field name (Kubernetes' `patchMergeKey` tags).
-fn merge_key(field: &str) -> Option<&'static str> {
-    Some(match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "env"
-        | "volumes"
-        | "imagePullSecrets"
-        | "hostAliases"
-        | "readinessGates"
-        | "resourceClaims"
-        | "secrets" => match field {
-            "hostAliases" => "ip",
-            "readinessGates" => "conditionType",
-            _ => "name",
-        },
-        "volumeMounts" => "mountPath",
-        "volumeDevices" => "devicePath",
-        "ports" => "containerPort",
-        "conditions" => "type",
-        "tolerations" | "finalizers" => return None,
-        "ownerReferences" => "uid",
-        _ => return None,
-    })
-}
-
-/// Fields whose lists merge as sets of scalars.
-fn merges_scalars(field: &str) -> bool {
-    field == "finalizers"
-}
-
-/// Strategic merge patch of `patch` into `target`.
-pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> {
+/// Strategic merge patch of `patch` into `target`, of type `ty`.
+pub fn strategic_merge(target: &mut Value, patch: &Value, ty: Type) -> Result<(), String> {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return Ok(());
@@ -198,16 +170,17 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> 
             t.remove(k);
             continue;
         }
-        match (v, merge_key(k)) {
+        let field = ty.field(k);
+        match (v, field.and_then(|f| f.patch_merge_key)) {
             (Value::Array(items), Some(key)) => {
                 let order = p
                     .get(&format!("$setElementOrder/{k}"))
                     .and_then(Value::as_array)
                     .cloned();
                 let cur = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
-                merge_list(cur, items, key, order.as_deref())?;
+                merge_list(cur, items, key, order.as_deref(), ty.child(k))?;
             }
-            (Value::Array(items), None) if merges_scalars(k) => {
+            (Value::Array(items), None) if field.is_some_and(|f| f.patch_merge) => {
                 let cur = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
                 if let Value::Array(c) = cur {
                     for it in items {
@@ -221,7 +194,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> 
                 if v.get("$patch").and_then(Value::as_str) == Some("delete") {
                     t.remove(k);
                 } else {
-                    strategic_merge(t.entry(k.clone()).or_insert(Value::Null), v)?;
+                    strategic_merge(t.entry(k.clone()).or_insert(Value::Null), v, ty.child(k))?;
                 }
             }
             _ => {
@@ -232,7 +205,13 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> 
     Ok(())
 }
 
-fn merge_list(cur: &mut Value, items: &[Value], key: &str, order: Option<&[Value]>) -> Result<(), String> {
+fn merge_list(
+    cur: &mut Value,
+    items: &[Value],
+    key: &str,
+    order: Option<&[Value]>,
+    item_ty: Type,
+) -> Result<(), String> {
     if !cur.is_array() {
         *cur = Value::Array(Vec::new());
     }
@@ -256,10 +235,10 @@ fn merge_list(cur: &mut Value, items: &[Value], key: &str, order: Option<&[Value
                 }
                 list[i] = clean;
             }
-            (_, Some(i)) => strategic_merge(&mut list[i], it)?,
+            (_, Some(i)) => strategic_merge(&mut list[i], it, item_ty)?,
             (_, None) => {
                 let mut fresh = Value::Null;
-                strategic_merge(&mut fresh, it)?;
+                strategic_merge(&mut fresh, it, item_ty)?;
                 list.push(fresh);
             }
         }
@@ -310,6 +289,10 @@ mod tests {
         assert!(json_patch(&mut d, &json!({"op": "add"})).is_err());
     }
 
+    fn deployment() -> Type {
+        Type::of_kind("apps/v1", "Deployment")
+    }
+
     #[test]
     fn strategic_merge_by_container_name() {
         let mut d = json!({"spec": {"template": {"spec": {"containers": [
@@ -320,6 +303,7 @@ mod tests {
             &json!({"spec": {"template": {"spec": {
             "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
             "containers": [{"name": "a", "image": "x:2"}]}}}}),
+            deployment(),
         )
         .expect("smp");
         let cs = &d["spec"]["template"]["spec"]["containers"];
@@ -329,6 +313,7 @@ mod tests {
         strategic_merge(
             &mut d,
             &json!({"spec": {"template": {"spec": {"containers": [{"name": "b", "$patch": "delete"}]}}}}),
+            deployment(),
         )
         .expect("smp");
         assert_eq!(
@@ -342,7 +327,38 @@ mod tests {
     #[test]
     fn strategic_merge_null_and_replace_lists() {
         let mut d = json!({"spec": {"unschedulable": true, "args": ["a", "b"]}});
-        strategic_merge(&mut d, &json!({"spec": {"unschedulable": null, "args": ["c"]}})).expect("smp");
+        strategic_merge(
+            &mut d,
+            &json!({"spec": {"unschedulable": null, "args": ["c"]}}),
+            Type::UNKNOWN,
+        )
+        .expect("smp");
         assert_eq!(d, json!({"spec": {"args": ["c"]}}));
+    }
+
+    /// Merge keys come from the type: Service ports merge by `port`, container ports by
+    /// `containerPort`; tolerations (no patch strategy) are replaced; finalizers merge as a set.
+    #[test]
+    fn strategic_merge_follows_the_types() {
+        let svc = Type::of_kind("v1", "Service");
+        let mut d = json!({"metadata": {"finalizers": ["a"]}, "spec": {"ports": [
+            {"port": 80, "targetPort": 8080, "name": "http"},
+            {"port": 443, "targetPort": 8443, "name": "https"}]}});
+        strategic_merge(
+            &mut d,
+            &json!({"metadata": {"finalizers": ["b"]}, "spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+            svc,
+        )
+        .expect("smp");
+        assert_eq!(
+            d["spec"]["ports"][0],
+            json!({"port": 80, "targetPort": 9090, "name": "http"})
+        );
+        assert_eq!(d["spec"]["ports"][1]["port"], 443);
+        assert_eq!(d["metadata"]["finalizers"], json!(["a", "b"]));
+        let pod = Type::of_kind("v1", "Pod");
+        let mut p = json!({"spec": {"tolerations": [{"key": "a"}, {"key": "b"}]}});
+        strategic_merge(&mut p, &json!({"spec": {"tolerations": [{"key": "c"}]}}), pod).expect("smp");
+        assert_eq!(p["spec"]["tolerations"], json!([{"key": "c"}]));
     }
 }

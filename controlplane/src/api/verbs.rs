@@ -12,7 +12,8 @@ use super::admission::{check_shape, check_type, selector_requirements};
 use super::object::{self, labels_match, parse_field_selector, parse_label_selector};
 use super::registry::{self, Resource};
 use super::status::{self, ApiError};
-use super::{Api, Query, Target, Want, openapi, patch, table};
+use super::types::Type;
+use super::{Api, Query, Target, Want, fieldmanager, openapi, patch, table};
 use crate::storage::{KeyValue, StoreError, Write};
 
 /// Maps a store error to an API error for `res`/`name`.
@@ -131,6 +132,32 @@ impl Filter {
                 (got == *want) == *eq
             })
     }
+}
+
+/// Whether a write still has its field ownership to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fields {
+    /// Record it as an `Update` by the request's field manager (if it names one).
+    Record,
+    /// Already recorded (server-side apply).
+    Recorded,
+}
+
+/// The field-ownership writer of a request (None for the server's own writes).
+fn writer<'a>(t: &Target, q: &'a Query, now: &'a str) -> Option<fieldmanager::Writer<'a>> {
+    let scope = if t.sub.as_deref() == Some("status") {
+        fieldmanager::Scope::Status
+    } else {
+        fieldmanager::Scope::Main {
+            status_is_separate: t.res.has_subresource("status"),
+        }
+    };
+    Some(fieldmanager::Writer {
+        manager: q.field_manager()?,
+        api_version: t.res.api_version(),
+        scope,
+        now,
+    })
 }
 
 /// Applies `fieldValidation` (OpenAPI schemas): Strict refuses unknown fields, Warn and Ignore
@@ -254,9 +281,21 @@ impl Api {
     pub(crate) async fn create(
         &self,
         t: &Target,
+        obj: Value,
+        q: &Query,
+        caller: Option<&super::Caller>,
+    ) -> Result<(u16, Value), ApiError> {
+        self.create_as(t, obj, q, caller, Fields::Record).await
+    }
+
+    /// Create, with `fields` saying whether the write's field ownership is still to be recorded.
+    pub(crate) async fn create_as(
+        &self,
+        t: &Target,
         mut obj: Value,
         q: &Query,
         caller: Option<&super::Caller>,
+        fields: Fields,
     ) -> Result<(u16, Value), ApiError> {
         let res = t.res;
         check_shape(res, &obj)?;
@@ -322,6 +361,10 @@ impl Api {
         if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);
         }
+        let now = object::rfc3339(SystemTime::now());
+        if let (Fields::Record, Some(w)) = (fields, writer(t, q, &now)) {
+            fieldmanager::record_update(Type::of_kind(&res.api_version(), res.kind), None, &mut obj, w);
+        }
         let name = name_of(&obj).to_string();
         if res.group == "certificates.k8s.io" && res.plural == "certificatesigningrequests" {
             self.admit_csr(&mut obj, caller);
@@ -382,6 +425,7 @@ impl Api {
         mut new: Value,
         rev: i64,
         q: &Query,
+        fields: Fields,
     ) -> Result<Value, ApiError> {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
@@ -442,6 +486,22 @@ impl Api {
         if old.get("spec") != new.get("spec") {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
             new["metadata"]["generation"] = json!(g + 1);
+        }
+        let now = object::rfc3339(SystemTime::now());
+        match (fields, writer(t, q, &now)) {
+            (Fields::Record, Some(w)) => fieldmanager::record_update(
+                Type::of_kind(&res.api_version(), res.kind),
+                Some(old),
+                &mut new,
+                w,
+            ),
+            // The server's own writes and applies (already recorded) keep what is there.
+            _ if new["metadata"].get("managedFields").is_none() => {
+                if let Some(mf) = old["metadata"].get("managedFields") {
+                    new["metadata"]["managedFields"] = mf.clone();
+                }
+            }
+            _ => {}
         }
         let deleting = new["metadata"]["deletionTimestamp"].is_string();
         let finalizers_empty = new["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
@@ -512,7 +572,7 @@ impl Api {
         if expected != rev {
             return Err(ApiError::conflict(t.res, &name));
         }
-        self.replace(t, &old, new, rev, q).await
+        self.replace(t, &old, new, rev, q, Fields::Record).await
     }
 
     /// PATCH (merge, JSON, strategic, apply). Server-side apply creates missing objects.
@@ -525,6 +585,7 @@ impl Api {
     ) -> Result<(u16, Value), ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let media = ct.split(';').next().unwrap_or_default().trim().to_string();
+        let ty = Type::of_kind(&t.res.api_version(), t.res.kind);
         let patch_doc = super::parse_json_body(&media, body)?;
         for attempt in 0..5 {
             let (old, rev) = match self.read_object(t.res, t.namespace.as_deref(), &name).await {
@@ -534,11 +595,17 @@ impl Api {
                         name: None,
                         ..t.clone()
                     };
-                    return self.create(&target, patch_doc, q, None).await;
+                    let now = object::rfc3339(SystemTime::now());
+                    let obj = match writer(t, q, &now) {
+                        Some(w) => fieldmanager::apply(ty, &Value::Null, &patch_doc, q.flag("force"), w)?,
+                        None => patch_doc,
+                    };
+                    return self.create_as(&target, obj, q, None, Fields::Recorded).await;
                 }
                 Err(e) => return Err(e),
             };
             let mut new = old.clone();
+            let mut fields = Fields::Record;
             match media.as_str() {
                 "application/merge-patch+json" => patch::merge_patch(&mut new, &patch_doc),
                 "application/json-patch+json" => {
@@ -549,8 +616,17 @@ impl Api {
                         details: None,
                     })?
                 }
-                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-                    patch::strategic_merge(&mut new, &patch_doc).map_err(ApiError::bad_request)?
+                "application/strategic-merge-patch+json" => {
+                    patch::strategic_merge(&mut new, &patch_doc, ty).map_err(ApiError::bad_request)?
+                }
+                "application/apply-patch+yaml" => {
+                    let now = object::rfc3339(SystemTime::now());
+                    if let Some(w) = writer(t, q, &now) {
+                        new = fieldmanager::apply(ty, &old, &patch_doc, q.flag("force"), w)?;
+                        fields = Fields::Recorded;
+                    } else {
+                        patch::strategic_merge(&mut new, &patch_doc, ty).map_err(ApiError::bad_request)?
+                    }
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
@@ -562,7 +638,7 @@ impl Api {
             }
             check_shape(t.res, &new)?;
             new["metadata"]["resourceVersion"] = json!(rev.to_string());
-            match self.replace(t, &old, new, rev, q).await {
+            match self.replace(t, &old, new, rev, q, fields).await {
                 Err(e)
                     if e.reason == "Conflict"
                         && attempt < 4
@@ -637,7 +713,13 @@ impl Api {
     }
 
     /// PUT/PATCH .../scale: changes spec.replicas only.
-    pub(crate) async fn patch_scale(&self, t: &Target, ct: &str, body: &Bytes) -> Result<Value, ApiError> {
+    pub(crate) async fn patch_scale(
+        &self,
+        t: &Target,
+        ct: &str,
+        body: &Bytes,
+        q: &Query,
+    ) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let (obj, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
         let mut scale = Self::scale_of(&obj);
@@ -666,7 +748,7 @@ impl Api {
             sub: None,
             ..t.clone()
         };
-        let updated = self.replace(&target, &obj, new, rev, &Query::default()).await?;
+        let updated = self.replace(&target, &obj, new, rev, q, Fields::Record).await?;
         Ok(Self::scale_of(&updated))
     }
 }

@@ -168,6 +168,16 @@ pub enum DecodeError {
     Time(i64),
 }
 
+pub(super) use schema::MESSAGES;
+
+/// The message index of a top-level kind.
+pub(super) fn kind_message(api_version: &str, kind: &str) -> Option<usize> {
+    schema::KINDS
+        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version, kind)))
+        .ok()
+        .map(|i| schema::KINDS[i].2)
+}
+
 /// The list markers of the table as OpenAPI extensions: (schema name, JSON field, extensions),
 /// e.g. `("io.k8s.api.core.v1.PodSpec", "containers", {"x-kubernetes-patch-merge-key": "name", ...})`.
 pub(super) fn list_markers() -> Vec<(String, &'static str, serde_json::Map<String, Value>)> {
@@ -235,23 +245,17 @@ fn decode_at(body: &[u8], depth: usize) -> Result<Value, DecodeError> {
     if api_version.is_empty() || kind.is_empty() {
         return Err(DecodeError::NoType);
     }
-    let idx = schema::KINDS
-        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version.as_str(), kind.as_str())))
-        .map(|i| schema::KINDS[i].2)
-        .map_err(|_| DecodeError::UnknownKind {
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-        })?;
+    let idx = kind_message(&api_version, &kind).ok_or_else(|| DecodeError::UnknownKind {
+        api_version: api_version.clone(),
+        kind: kind.clone(),
+    })?;
     let mut obj = match message(idx, raw.unwrap_or_default(), depth + 1)? {
         Value::Object(m) => m,
         _ => Map::new(),
     };
-    // apiVersion and kind first, the way Go's JSON encoder writes them.
-    let mut out = Map::new();
-    out.insert("apiVersion".into(), Value::String(api_version));
-    out.insert("kind".into(), Value::String(kind));
-    out.append(&mut obj);
-    Ok(Value::Object(out))
+    obj.insert("apiVersion".into(), Value::String(api_version));
+    obj.insert("kind".into(), Value::String(kind));
+    Ok(Value::Object(obj))
 }
 
 /// Decodes one message of type `idx`.

@@ -2,7 +2,7 @@
 // markers) and k8s-openapi 0.26 / Kubernetes 1.34 (JSON names). Do not edit by hand.
 use super::{Field as F, Kind as K, Message as M};
 
-pub(super) static MESSAGES: &[M] = &[
+pub(crate) static MESSAGES: &[M] = &[
     M { name: "k8s.io.api.apps.v1.ControllerRevision", special: None, fields: &[
         F { tag: 1, json: "metadata", kind: K::Msg(366), repeated: false, list_type: "", patch_strategy: "", merge_key: "", map_keys: &[] },
         F { tag: 2, json: "data", kind: K::Msg(370), repeated: false, list_type: "", patch_strategy: "", merge_key: "", map_keys: &[] },
@@ -2251,7 +2251,7 @@ pub(super) static MESSAGES: &[M] = &[
 ];
 
 /// (apiVersion, kind, index into MESSAGES) of every top-level kind, sorted.
-pub(super) static KINDS: &[(&str, &str, usize)] = &[
+pub(crate) static KINDS: &[(&str, &str, usize)] = &[
     ("apps/v1", "ControllerRevision", 0),
     ("apps/v1", "DaemonSet", 1),
     ("apps/v1", "Deployment", 6),

@@ -1,0 +1,220 @@
+use serde_json::json;
+
+use super::*;
+
+fn deploy() -> Type {
+    Type::of_kind("apps/v1", "Deployment")
+}
+
+fn writer(manager: &str) -> Writer<'_> {
+    Writer {
+        manager,
+        api_version: "apps/v1".into(),
+        scope: Scope::Main {
+            status_is_separate: true,
+        },
+        now: "2026-11-29T17:00:00Z",
+    }
+}
+
+fn config(replicas: i64, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": image, "ports": [{"containerPort": 80}]}]}}
+        }
+    })
+}
+
+fn managers(obj: &Value) -> Vec<(String, String)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap_or_default().into(),
+                        e["operation"].as_str().unwrap_or_default().into(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn create_records_fields_v1() {
+    let mut obj = config(2, "nginx:1.26");
+    obj["metadata"]["uid"] = json!("u");
+    obj["status"] = json!({"replicas": 0});
+    record_update(deploy(), None, &mut obj, writer("kubectl-create"));
+    let entries = obj["metadata"]["managedFields"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(
+        (e["manager"].as_str(), e["operation"].as_str()),
+        (Some("kubectl-create"), Some("Update"))
+    );
+    assert_eq!(
+        (e["apiVersion"].as_str(), e["fieldsType"].as_str()),
+        (Some("apps/v1"), Some("FieldsV1"))
+    );
+    assert_eq!(
+        e["fieldsV1"],
+        json!({
+            "f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {
+                "f:replicas": {},
+                "f:selector": {"f:matchLabels": {"f:app": {}}},
+                "f:template": {
+                    "f:metadata": {"f:labels": {"f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"nginx\"}": {
+                        ".": {}, "f:image": {}, "f:name": {},
+                        "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}}
+                    }}}
+                }
+            }
+        })
+    );
+    // Reading the entries back gives the same set.
+    let again = read_entries(&obj);
+    assert_eq!(to_fields_v1(&again[0].fields), e["fieldsV1"]);
+}
+
+#[test]
+fn apply_conflicts_force_and_shared_ownership() {
+    let a = apply(
+        deploy(),
+        &Value::Null,
+        &config(2, "nginx:1.26"),
+        false,
+        writer("alice"),
+    )
+    .expect("first apply");
+    assert_eq!(managers(&a), [("alice".into(), "Apply".into())]);
+    // The same values from another manager: shared, no conflict.
+    let b = apply(deploy(), &a, &config(2, "nginx:1.26"), false, writer("bob")).expect("same values");
+    assert_eq!(managers(&b).len(), 2);
+    // A different replica count: conflict with alice (an Apply manager: no "using").
+    let err = apply(deploy(), &b, &config(3, "nginx:1.26"), false, writer("carol")).expect_err("conflict");
+    assert_eq!((err.code, err.reason), (409, "Conflict"));
+    assert_eq!(
+        err.message,
+        "Apply failed with 2 conflicts: conflicts with \"alice\":\n- .spec.replicas\nconflicts with \"bob\":\n- .spec.replicas"
+    );
+    let causes = &err.details.as_ref().expect("details")["causes"];
+    assert_eq!(
+        causes[0],
+        json!({"type": "FieldManagerConflict", "message": "conflict with \"alice\"", "field": ".spec.replicas"})
+    );
+    // Forced: carol takes .spec.replicas from both.
+    let c = apply(deploy(), &b, &config(3, "nginx:1.26"), true, writer("carol")).expect("forced");
+    assert_eq!(c["spec"]["replicas"], 3);
+    for e in read_entries(&c) {
+        let owns = e
+            .fields
+            .contains(&vec![Step::Field("spec".into()), Step::Field("replicas".into())]);
+        assert_eq!(owns, e.manager == "carol", "{}", e.manager);
+    }
+    // An Update manager is named with its API version; container fields print with their key.
+    let mut scaled = c.clone();
+    scaled["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.27");
+    record_update(deploy(), Some(&c), &mut scaled, writer("kubectl-set"));
+    let err = apply(
+        deploy(),
+        &scaled,
+        &config(3, "nginx:1.26"),
+        false,
+        writer("alice"),
+    )
+    .expect_err("conflict");
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-set\" using apps/v1: .spec.template.spec.containers[name=\"nginx\"].image"
+    );
+}
+
+#[test]
+fn apply_removes_what_the_manager_stopped_applying() {
+    let mut cfg = config(1, "nginx");
+    cfg["metadata"]["labels"] = json!({"app": "web", "tier": "fe", "team": "x"});
+    let a = apply(deploy(), &Value::Null, &cfg, false, writer("alice")).expect("apply");
+    // bob also sets team (same value: shared).
+    let mut bob_cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"team": "x"}}});
+    let b = apply(deploy(), &a, &bob_cfg, false, writer("bob")).expect("bob");
+    cfg["metadata"]["labels"] = json!({"app": "web"});
+    let again = apply(deploy(), &b, &cfg, false, writer("alice")).expect("re-apply");
+    assert_eq!(
+        again["metadata"]["labels"],
+        json!({"app": "web", "team": "x"}),
+        "tier removed, team kept for bob"
+    );
+    // bob drops team too: now nobody owns it and it goes.
+    bob_cfg["metadata"]["labels"] = json!({});
+    let last = apply(deploy(), &again, &bob_cfg, false, writer("bob")).expect("bob again");
+    assert_eq!(last["metadata"]["labels"], json!({"app": "web"}));
+}
+
+#[test]
+fn apply_merges_keyed_lists_by_the_types_keys() {
+    let a = apply(
+        deploy(),
+        &Value::Null,
+        &config(1, "nginx"),
+        false,
+        writer("alice"),
+    )
+    .expect("apply");
+    let sidecar = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {"containers": [{"name": "log", "image": "busybox"}]}}}});
+    let b = apply(deploy(), &a, &sidecar, false, writer("bob")).expect("bob");
+    let names: Vec<&str> = b["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["nginx", "log"]);
+    // bob withdraws his container: only it goes.
+    let none = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+    let c = apply(deploy(), &b, &none, false, writer("bob")).expect("withdraw");
+    assert_eq!(
+        c["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(c["spec"]["template"]["spec"]["containers"][0]["name"], "nginx");
+}
+
+#[test]
+fn updates_take_changed_fields_from_others() {
+    let a = apply(
+        deploy(),
+        &Value::Null,
+        &config(2, "nginx"),
+        false,
+        writer("alice"),
+    )
+    .expect("apply");
+    let mut scaled = a.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    record_update(deploy(), Some(&a), &mut scaled, writer("kubectl-scale"));
+    let entries = read_entries(&scaled);
+    let replicas = vec![Step::Field("spec".into()), Step::Field("replicas".into())];
+    let owner: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.fields.contains(&replicas))
+        .map(|e| e.manager.as_str())
+        .collect();
+    assert_eq!(owner, ["kubectl-scale"]);
+    // A client that clears managedFields clears them.
+    let mut cleared = scaled.clone();
+    cleared["metadata"]["managedFields"] = json!([]);
+    record_update(deploy(), Some(&scaled), &mut cleared, writer("x"));
+    assert!(cleared["metadata"].get("managedFields").is_none());
+}
