@@ -407,6 +407,10 @@ fn read_entries(obj: &Value) -> Vec<Entry> {
 }
 
 fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
+    // Callers check shapes first; a non-object metadata is left for validation to refuse.
+    if !obj["metadata"].is_object() {
+        return;
+    }
     let list: Vec<Value> = entries
         .iter()
         .filter(|e| !e.fields.is_empty())

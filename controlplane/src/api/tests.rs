@@ -60,12 +60,25 @@ impl Fixture {
         body: &str,
         accept: &str,
     ) -> (u16, Value) {
+        self.call_bytes(who, method, uri, ct, Bytes::from(body.to_string()), accept)
+            .await
+    }
+
+    async fn call_bytes(
+        &self,
+        who: Option<&Caller>,
+        method: Method,
+        uri: &str,
+        ct: &str,
+        body: Bytes,
+        accept: &str,
+    ) -> (u16, Value) {
         let req = Request::builder()
             .method(method)
             .uri(uri)
             .header("content-type", ct)
             .header("accept", accept)
-            .body(Bytes::from(body.to_string()))
+            .body(body)
             .expect("request");
         let resp = self.api.handle(who, req).await;
         let code = resp.status().as_u16();
@@ -566,16 +579,22 @@ async fn discovery_documents() {
     );
 }
 
-/// Request decoding under hostile input: bodies mutated at random (bytes flipped, truncated,
-/// spliced, deep nesting, wrong types) against create, patch and update. Every answer must be
-/// a 2xx or a 4xx Status (never a 5xx or a panic), and a 4xx must change nothing.
+/// The fuzz target for request decoding (deterministic, so it runs in CI on stable Rust; a
+/// cargo-fuzz harness needs a nightly toolchain): bodies mutated at random (bytes flipped,
+/// truncated, spliced, deep nesting, wrong types) against create (JSON and Kubernetes protobuf),
+/// merge/strategic/JSON patch, server-side apply and update. Every answer must be a 2xx or a 4xx
+/// Status (never a 5xx or a panic), and a 4xx must change nothing.
 #[tokio::test]
 async fn mutated_bodies_get_4xx_and_change_nothing() {
     let f = fixture().await;
     f.post(PODS, pod("base")).await;
     let valid = pod("fuzz").to_string().into_bytes();
+    let valid_pb = protobuf_pod("fuzz");
     // xorshift64*: deterministic, so a failure reproduces.
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    // NODEOS_FUZZ_ROUNDS / NODEOS_FUZZ_SEED run it longer or elsewhere in the input space.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let rounds = env("NODEOS_FUZZ_ROUNDS").unwrap_or(1400) as usize;
+    let mut state: u64 = env("NODEOS_FUZZ_SEED").unwrap_or(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         state ^= state >> 12;
         state ^= state << 25;
@@ -596,8 +615,14 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
         nested.into_bytes(),
         vec![0xff, 0xfe, 0x00, 0x01],
     ];
-    let targets: [(Method, &str, &str); 5] = [
+    let targets: [(Method, &str, &str); 7] = [
         (Method::POST, PODS, "application/json"),
+        (Method::POST, PODS, "application/vnd.kubernetes.protobuf"),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/pods/base?fieldManager=fuzz&force=true",
+            "application/apply-patch+yaml",
+        ),
         (
             Method::PATCH,
             "/api/v1/namespaces/default/pods/base",
@@ -619,11 +644,45 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
             "application/json",
         ),
     ];
-    for round in 0..400 {
-        let body: Vec<u8> = if round < specials.len() * 5 {
-            specials[round / 5].clone()
+    for round in 0..rounds {
+        let (method, uri, ct) = &targets[round % targets.len()];
+        let protobuf = ct.contains("protobuf");
+        let body: Vec<u8> = if round < specials.len() * targets.len() {
+            specials[round / targets.len()].clone()
+        } else if !protobuf && round % 2 == 0 {
+            // Type confusion: one value of a valid object replaced by a value of another type.
+            let mut v = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "fuzz", "labels": {"app": "x"}, "annotations": {"a": "b"},
+                    "finalizers": ["f/x"], "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u"}]},
+                "spec": {"nodeName": "n1", "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+                    "tolerations": [{"key": "k", "operator": "Exists"}],
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                    "containers": [{"name": "c", "image": "busybox", "args": ["sleep", "1"],
+                        "env": [{"name": "E", "value": "1"}], "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                        "resources": {"limits": {"cpu": "1", "memory": "64Mi"}, "requests": {"cpu": "100m"}},
+                        "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                        "securityContext": {"runAsUser": 1000, "capabilities": {"drop": ["ALL"]}}}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+            let mut paths = Vec::new();
+            collect_paths(&v, String::new(), &mut paths);
+            let path = &paths[(next() as usize) % paths.len()];
+            let replacement = [
+                json!("s"),
+                json!(7),
+                json!(-1.5),
+                json!(null),
+                json!([]),
+                json!({}),
+                json!([{}]),
+                json!(true),
+            ][(next() % 8) as usize]
+                .clone();
+            if let Some(slot) = v.pointer_mut(path) {
+                *slot = replacement;
+            }
+            v.to_string().into_bytes()
         } else {
-            let mut b = valid.clone();
+            let mut b = if protobuf { valid_pb.clone() } else { valid.clone() };
             for _ in 0..=(next() % 4) {
                 let pos = (next() as usize) % b.len().max(1);
                 match next() % 4 {
@@ -641,10 +700,21 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
             }
             b
         };
-        let (method, uri, ct) = &targets[round % targets.len()];
         let before = f.get(PODS).await.1["metadata"]["resourceVersion"].clone();
         let text = String::from_utf8_lossy(&body).into_owned();
-        let (code, st) = f.call(method.clone(), uri, ct, &text).await;
+        let (code, st) = if protobuf {
+            f.call_bytes(
+                Some(&admin()),
+                method.clone(),
+                uri,
+                ct,
+                Bytes::from(body),
+                "application/json",
+            )
+            .await
+        } else {
+            f.call(method.clone(), uri, ct, &text).await
+        };
         assert!(
             code < 500,
             "round {round}: {method} {uri} {text:?} -> {code} {st}"
@@ -658,6 +728,59 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
             );
         }
     }
+}
+
+/// Every JSON pointer in `v` (objects' members and arrays' items, recursively).
+fn collect_paths(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let p = format!("{at}/{k}");
+                out.push(p.clone());
+                collect_paths(child, p, out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                let p = format!("{at}/{i}");
+                out.push(p.clone());
+                collect_paths(child, p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A pod as kubectl would send it in protobuf (`k8s\0` + runtime.Unknown), encoded by k8s-pb.
+fn protobuf_pod(name: &str) -> Vec<u8> {
+    use k8s_pb::api::core::v1 as core;
+    use prost::Message;
+    let pod = core::Pod {
+        metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            labels: [("app".to_string(), "fuzz".to_string())].into(),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some("c".into()),
+                image: Some("busybox".into()),
+                args: vec!["sleep".into(), "1".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
+        type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+        }),
+        raw: Some(pod.encode_to_vec()),
+        ..Default::default()
+    };
+    [b"k8s\0".to_vec(), unknown.encode_to_vec()].concat()
 }
 
 #[tokio::test]

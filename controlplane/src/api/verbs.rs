@@ -587,6 +587,9 @@ impl Api {
         let media = ct.split(';').next().unwrap_or_default().trim().to_string();
         let ty = Type::of_kind(&t.res.api_version(), t.res.kind);
         let patch_doc = super::parse_json_body(&media, body)?;
+        if media == "application/apply-patch+yaml" {
+            check_shape(t.res, &patch_doc)?;
+        }
         for attempt in 0..5 {
             let (old, rev) = match self.read_object(t.res, t.namespace.as_deref(), &name).await {
                 Ok(x) => x,
