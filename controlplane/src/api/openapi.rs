@@ -36,6 +36,8 @@ pub struct Documents {
     pub docs: BTreeMap<String, (String, Bytes)>,
     /// Every component schema of every group-version, by name.
     schemas: Map<String, Value>,
+    /// (group, version, kind) → schema name.
+    kinds: BTreeMap<(&'static str, &'static str, &'static str), String>,
 }
 
 /// The documents (generated on first call; ~1 MB of JSON).
@@ -112,6 +114,7 @@ fn build() -> Documents {
     }
     let markers = super::protobuf::list_markers();
     let (mut docs, mut all, mut root_paths) = (BTreeMap::new(), Map::new(), Map::new());
+    let mut kind_names = BTreeMap::new();
     for ((group, version), resources) in gvs {
         let mut g = SchemaSettings::openapi3().into_generator();
         let mut paths = Map::new();
@@ -132,6 +135,7 @@ fn build() -> Documents {
                 format!("{prefix}/{}/{{name}}", r.plural)
             };
             paths.insert(item, item_path(&gvk, &reference));
+            kind_names.insert((group, version, r.kind), name.clone());
             kinds.push((name, gvk));
         }
         let mut schemas = g.take_definitions(true);
@@ -179,6 +183,7 @@ fn build() -> Documents {
         root,
         docs,
         schemas: all,
+        kinds: kind_names,
     }
 }
 
@@ -240,24 +245,19 @@ impl FieldValidation {
 /// `Strict`; otherwise they are removed and their paths returned.
 pub fn enforce(res: &Resource, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
     let docs = documents();
-    let name = docs.schemas.iter().find_map(|(name, s)| {
-        s["x-kubernetes-group-version-kind"]
-            .as_array()?
-            .iter()
-            .any(|g| g["group"] == res.group && g["version"] == res.version && g["kind"] == res.kind)
-            .then_some(name)
-    });
+    let name = docs.kinds.get(&(res.group, res.version, res.kind));
     let Some(schema) = name.and_then(|n| docs.schemas.get(n)) else {
         return Ok(Vec::new());
     };
     let mut unknown = Vec::new();
+    let prune = mode != FieldValidation::Strict;
     walk(
         &docs.schemas,
         schema,
         obj,
-        "",
+        &mut String::new(),
         &mut unknown,
-        mode != FieldValidation::Strict,
+        prune,
     );
     if mode == FieldValidation::Strict && !unknown.is_empty() {
         let list: Vec<String> = unknown.iter().map(|f| format!("unknown field {f:?}")).collect();
@@ -292,7 +292,7 @@ fn walk(
     schemas: &Map<String, Value>,
     schema: &Value,
     v: &mut Value,
-    path: &str,
+    path: &mut String,
     out: &mut Vec<String>,
     prune: bool,
 ) {
@@ -300,25 +300,27 @@ fn walk(
     if schema["x-kubernetes-preserve-unknown-fields"] == true {
         return;
     }
-    let join = |k: &str| {
-        if path.is_empty() {
-            k.to_string()
-        } else {
-            format!("{path}.{k}")
+    let len = path.len();
+    let enter = |path: &mut String, k: &str| {
+        if !path.is_empty() {
+            path.push('.');
         }
+        path.push_str(k);
     };
     match v {
         Value::Object(m) => {
             if let Some(props) = schema["properties"].as_object() {
                 let mut drop = Vec::new();
                 for (k, child) in m.iter_mut() {
+                    enter(path, k);
                     match props.get(k) {
-                        Some(s) => walk(schemas, s, child, &join(k), out, prune),
+                        Some(s) => walk(schemas, s, child, path, out, prune),
                         None => {
-                            out.push(join(k));
+                            out.push(path.clone());
                             drop.push(k.clone());
                         }
                     }
+                    path.truncate(len);
                 }
                 if prune {
                     for k in drop {
@@ -327,14 +329,18 @@ fn walk(
                 }
             } else if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
                 for (k, child) in m.iter_mut() {
-                    walk(schemas, extra, child, &join(k), out, prune);
+                    enter(path, k);
+                    walk(schemas, extra, child, path, out, prune);
+                    path.truncate(len);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item) = schema.get("items") {
                 for (i, child) in items.iter_mut().enumerate() {
-                    walk(schemas, item, child, &format!("{path}[{i}]"), out, prune);
+                    path.push_str(&format!("[{i}]"));
+                    walk(schemas, item, child, path, out, prune);
+                    path.truncate(len);
                 }
             }
         }

@@ -826,3 +826,25 @@ async fn pods_on_nodes_are_deleted_gracefully() {
     assert_eq!(code, 200);
     assert_eq!(f.get(&format!("{PODS}/bound")).await.0, 404);
 }
+
+/// Status is not the client's to set on create (kinds with a status subresource); a node's is.
+#[tokio::test]
+async fn create_resets_status_except_for_nodes() {
+    let f = fixture().await;
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        "status": {"replicas": 5, "readyReplicas": 5}});
+    let (code, d) = f
+        .post("/apis/apps/v1/namespaces/default/deployments", deploy)
+        .await;
+    assert_eq!((code, &d["status"]), (201, &json!({})));
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+        "status": {"capacity": {"cpu": "2"}}});
+    let (code, n) = f.post("/api/v1/nodes", node).await;
+    assert_eq!((code, &n["status"]["capacity"]["cpu"]), (201, &json!("2")));
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"ports": [{"port": 80}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    let (code, s) = f.post("/api/v1/namespaces/default/services", svc).await;
+    assert_eq!((code, &s["status"]), (201, &json!({"loadBalancer": {}})));
+}

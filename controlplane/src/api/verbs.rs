@@ -134,6 +134,25 @@ impl Filter {
     }
 }
 
+/// A client does not set the status of what it creates: kinds with a status subresource start
+/// from an empty status (Go's `PrepareForCreate`), except nodes (their agent reports status at
+/// registration), pods and namespaces (admission sets theirs) and volumes and claims.
+fn reset_status_on_create(res: &Resource, obj: &mut Value) {
+    let keep = res.group.is_empty()
+        && matches!(
+            res.kind,
+            "Node" | "Pod" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+        );
+    if !res.has_subresource("status") || keep {
+        return;
+    }
+    obj["status"] = if res.group.is_empty() && res.kind == "Service" {
+        json!({"loadBalancer": {}})
+    } else {
+        json!({})
+    };
+}
+
 /// Whether a write still has its field ownership to record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fields {
@@ -344,6 +363,7 @@ impl Api {
         if let Some(ns) = &ns {
             self.namespace_active(ns).await?;
         }
+        reset_status_on_create(res, &mut obj);
         self.admit(res, &mut obj, true)?;
         let meta = &mut obj["metadata"];
         meta["uid"] = json!(object::new_uid());
