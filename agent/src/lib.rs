@@ -1,10 +1,11 @@
 //! The node agent (the kubelet's job): joins the control plane (TLS bootstrap, Node, Lease), runs
 //! the pods bound to its node through the runtime process (`pods`), and serves its TLS endpoint
-//! (`/healthz`).
+//! (`/healthz`, container logs for the API server).
 
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod logs;
 pub mod node;
 pub mod pods;
 mod server;
@@ -85,6 +86,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         },
         Err(_) => None,
     };
+    let ca_pem = settings
+        .as_ref()
+        .and_then(|s| s.control_plane.as_ref())
+        .map(|cp| cp.ca_pem.clone());
     rt.block_on(async {
         if let Some(s) = settings {
             tokio::spawn(node::run(s, cfg.identity_dir.clone()));
@@ -92,7 +97,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(AgentError::Runtime)?;
         tokio::select! {
-            r = serve(cfg) => r,
+            r = serve(cfg, ca_pem) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())

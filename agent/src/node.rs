@@ -38,6 +38,9 @@ pub struct ControlPlane {
     pub server: String,
     pub ca_pem: String,
     pub bootstrap_token: String,
+    /// `IP:PORT` where the control plane reaches this agent, when not the node's address:10250.
+    #[serde(default)]
+    pub kubelet_endpoint: Option<String>,
 }
 
 /// Errors joining the cluster.
@@ -197,6 +200,10 @@ fn conditions(now: &str) -> Value {
     ])
 }
 
+/// Node annotation naming where the control plane reaches the agent (`IP:PORT`), for nodes
+/// behind NAT; without it the API server uses the node's InternalIP and kubelet port.
+pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
+
 /// The Node object this machine registers.
 pub fn node_object(name: &str, ip: Option<&str>) -> Value {
     let now = kcore::time::rfc3339(SystemTime::now());
@@ -241,14 +248,33 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
 }
 
 /// Creates the Node, or brings an existing one's status up to date.
-pub async fn register(client: &ApiClient, name: &str, ip: Option<&str>) -> Result<(), JoinError> {
-    let node = node_object(name, ip);
+pub async fn register(
+    client: &ApiClient,
+    name: &str,
+    ip: Option<&str>,
+    kubelet_endpoint: Option<&str>,
+) -> Result<(), JoinError> {
+    let mut node = node_object(name, ip);
+    if let Some(e) = kubelet_endpoint {
+        node["metadata"]["annotations"] = json!({ KUBELET_ENDPOINT_ANNOTATION: e });
+    }
     match client
         .request("POST", "/api/v1/nodes", "application/json", Some(&node))
         .await
     {
         Ok(_) => Ok(()),
         Err(ClientError::Status { code: 409, .. }) => {
+            if let Some(e) = kubelet_endpoint {
+                let meta = json!({ "metadata": { "annotations": { KUBELET_ENDPOINT_ANNOTATION: e } } });
+                client
+                    .request(
+                        "PATCH",
+                        &format!("/api/v1/nodes/{name}"),
+                        "application/merge-patch+json",
+                        Some(&meta),
+                    )
+                    .await?;
+            }
             patch_status(client, name, json!({ "status": node["status"].clone() })).await
         }
         Err(e) => Err(e.into()),
@@ -323,7 +349,13 @@ pub async fn run(settings: JoinSettings, state_dir: PathBuf) {
                     key_pem: id.key_pem,
                 },
             )?;
-            register(&client, &name, settings.node_ip.as_deref()).await?;
+            register(
+                &client,
+                &name,
+                settings.node_ip.as_deref(),
+                cp.kubelet_endpoint.as_deref(),
+            )
+            .await?;
             renew_lease(&client, &name).await?;
             Ok::<_, JoinError>(client)
         };

@@ -205,6 +205,32 @@ impl Pki {
         Ok(csr.signed_by(&ca, &ca_key).map_err(|e| e.to_string())?.pem())
     }
 
+    /// A fresh client certificate for talking to node agents (`pods/log`): CN
+    /// `kube-apiserver-kubelet-client`, O `system:masters`, issued by the cluster CA for a year.
+    /// Returns (certificate PEM, key PEM).
+    pub fn kubelet_client(&self) -> Result<(String, String), String> {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        p.distinguished_name
+            .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+        p.distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        p.is_ca = IsCa::NoCa;
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let now = std::time::SystemTime::now();
+        p.not_before = (now - std::time::Duration::from_secs(300)).into();
+        p.not_after = (now + std::time::Duration::from_secs(365 * 86_400)).into();
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(|e| e.to_string())?;
+        let ca = CertificateParams::from_ca_cert_pem(&self.ca_pem).map_err(|e| e.to_string())?;
+        let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
+        let cert = p.signed_by(&key, &ca, &ca_key).map_err(|e| e.to_string())?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
     /// Writes `admin.kubeconfig` (client certificate) for `server` into `dir`.
     pub fn write_kubeconfig(&self, dir: &Path, server: SocketAddr) -> Result<PathBuf, PkiError> {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);

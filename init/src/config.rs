@@ -103,6 +103,10 @@ pub struct ControlPlaneConfigDoc {
     pub ca_data: String,
     /// A bootstrap token, `<6 chars>.<16 chars>`.
     pub bootstrap_token: String,
+    /// `IP:PORT` where the control plane reaches this node's agent (logs), when that is not the
+    /// node's own address and port 10250 (behind NAT, e.g. a QEMU host forward).
+    #[serde(default)]
+    pub kubelet_endpoint: Option<String>,
 }
 
 /// The validated control-plane settings handed to the agent.
@@ -112,6 +116,8 @@ pub struct ControlPlaneConfig {
     pub server: String,
     pub ca_pem: String,
     pub bootstrap_token: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_endpoint: Option<std::net::SocketAddr>,
 }
 
 /// Network section of the document.
@@ -436,10 +442,16 @@ fn validate_control_plane(cp: ControlPlaneConfigDoc) -> Result<ControlPlaneConfi
             "must look like abcdef.0123456789abcdef",
         ));
     }
+    let kubelet_endpoint = cp
+        .kubelet_endpoint
+        .map(|e| e.parse::<std::net::SocketAddr>())
+        .transpose()
+        .map_err(|_| invalid("controlPlane.kubeletEndpoint", "must be IP:PORT"))?;
     Ok(ControlPlaneConfig {
         server: cp.server.trim_end_matches('/').to_string(),
         ca_pem: pem,
         bootstrap_token: cp.bootstrap_token,
+        kubelet_endpoint,
     })
 }
 
@@ -569,7 +581,21 @@ mod tests {
         let cp = cfg.control_plane.expect("control plane");
         assert_eq!(cp.server, "https://10.0.2.100:6443");
         assert!(cp.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(cp.kubelet_endpoint, None);
+        let with_endpoint = doc.replace(
+            r#""bootstrapToken""#,
+            r#""kubeletEndpoint":"127.0.0.1:40123","bootstrapToken""#,
+        );
+        let cfg = load(Some(with_endpoint.as_bytes()), "")
+            .expect("valid")
+            .expect("present");
+        let endpoint = cfg.control_plane.and_then(|c| c.kubelet_endpoint);
+        assert_eq!(endpoint, Some("127.0.0.1:40123".parse().expect("addr")));
         for (bad, field) in [
+            (
+                with_endpoint.replace("127.0.0.1:40123", "node:10250"),
+                "controlPlane.kubeletEndpoint",
+            ),
             (doc.replace("https://", "http://"), "controlPlane.server"),
             (doc.replace(&ca, "bm90IGEgY2VydA=="), "controlPlane.caData"),
             (

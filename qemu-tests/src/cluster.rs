@@ -62,6 +62,17 @@ impl ControlPlane {
         Ok(v.to_string())
     }
 
+    /// Lets this control plane reach the node's agent (`kubectl logs`): forwards a free host port
+    /// on `nic` to the guest's port 10250 and returns `machine_config` with the node advertising
+    /// it (`controlPlane.kubeletEndpoint`).
+    pub fn expose_agent(&self, nic: &mut Nic, machine_config: &str) -> Result<String> {
+        let port = crate::vm::free_port()?;
+        nic.forwards.push((port, 10250));
+        let mut v: serde_json::Value = serde_json::from_str(machine_config)?;
+        v["controlPlane"]["kubeletEndpoint"] = serde_json::json!(format!("127.0.0.1:{port}"));
+        Ok(v.to_string())
+    }
+
     /// Creates an object from a manifest (`kubectl create -f`).
     pub fn create(&self, manifest: &serde_json::Value) -> Result<String> {
         let file = self.dir().join(format!("manifest-{}.json", std::process::id()));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use qemu_tests::cluster::ControlPlane;
-use qemu_tests::vm::{Arch, VmConfig, VmFactory, field_u64, free_port, out_dir};
+use qemu_tests::vm::{Arch, VmConfig, VmFactory, field_u64, out_dir};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
@@ -93,7 +93,6 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
         cp.dir().display(),
         cp.dir().join("admin.kubeconfig").display()
     );
-    let port = free_port()?;
     let base = if uefi {
         VmConfig::uefi(&out, arch)
     } else {
@@ -101,13 +100,13 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
     };
     let registry = qemu_tests::guest::busybox_registry()?;
     let mut nic = cp.nic();
-    nic.forwards.push((port, 10250));
     let (rip, rport) = qemu_tests::guest::REGISTRY_GUEST;
     nic.guest_forwards.push((rip.into(), rport, registry.port));
     let node_name = format!("demo-{}", arch.name().replace('_', "-"));
-    let cfg = base
-        .with_nics(vec![nic])
-        .with_fw_cfg(cp.machine_config_with_registry(&node_name)?);
+    // The agent's port is forwarded to the host and advertised, so `kubectl logs` works.
+    let machine_config = cp.expose_agent(&mut nic, &cp.machine_config_with_registry(&node_name)?)?;
+    let port = nic.forwards.last().map(|f| f.0).context("no agent forward")?;
+    let cfg = base.with_nics(vec![nic]).with_fw_cfg(machine_config);
     let mut factory = VmFactory::new(&format!("run-{}", arch.name()))?;
     let t0 = Instant::now();
     let mut vm = factory.start(&cfg)?;
@@ -185,6 +184,15 @@ fn run(arch: Arch, uefi: bool, stay: bool) -> Result<()> {
         "\n$ kubectl get pods -o wide\n{}",
         cp.kubectl(&["get", "pods", "-o", "wide"])?
     );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let logs = loop {
+        let l = cp.kubectl(&["logs", "hello"]).unwrap_or_default();
+        if !l.is_empty() || Instant::now() > deadline {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!("$ kubectl logs hello\n{logs}");
     if stay {
         println!(
             "node is up; KUBECONFIG={} kubectl get nodes; press Ctrl-C to stop",

@@ -12,6 +12,31 @@ use qemu_tests::vm::{Arch, VmConfig, VmFactory, out_dir};
 const BOOT: Duration = Duration::from_secs(300);
 const POD: Duration = Duration::from_secs(180);
 
+/// Runs kubectl with stdout piped and returns its first `n` lines (within 60 s), then kills it.
+fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String>> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lines: Vec<String> = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take(n)
+            .collect();
+        let _ = tx.send(lines);
+    });
+    let lines = rx.recv_timeout(Duration::from_secs(60));
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(lines?)
+}
+
 fn pod(name: &str, node: &str, image: &str, script: &str, restart: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -31,16 +56,24 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     nic.guest_forwards
         .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "pods-node";
+    let machine_config = cp.expose_agent(&mut nic, &cp.machine_config_with_registry(node)?)?;
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_memory_mib(1024)
         .with_nics(vec![nic])
-        .with_fw_cfg(cp.machine_config_with_registry(node)?);
+        .with_fw_cfg(machine_config);
     let mut vm = f.start(&cfg)?;
     vm.wait_for_line("agent: node registered", BOOT)?;
     let image = guest_busybox();
     cp.create(&pod("web", node, &image, "echo up; sleep 3600", "Always"))?;
-    cp.create(&pod("fail", node, &image, "exit 3", "Never"))?;
-    cp.create(&pod("crash", node, &image, "exit 1", "Always"))?;
+    cp.create(&pod("fail", node, &image, "echo bye; exit 3", "Never"))?;
+    cp.create(&pod("crash", node, &image, "echo crashing; exit 1", "Always"))?;
+    cp.create(&pod(
+        "talk",
+        node,
+        &image,
+        "echo line1; echo line2; sleep 1; echo err >&2; i=0; while true; do i=$((i+1)); sleep 1; echo tick$i; done",
+        "Always",
+    ))?;
     cp.create(&pod(
         "nopull",
         node,
@@ -119,6 +152,51 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         POD,
     )?;
     ensure!(!reason.is_empty());
+
+    // kubectl logs, through the API server to the node's agent.
+    ensure!(cp.kubectl(&["logs", "web"])? == "up\n", "logs web");
+    ensure!(
+        cp.kubectl(&["logs", "fail", "-f"])? == "bye\n",
+        "logs -f of an exited container ends"
+    );
+    ensure!(
+        cp.kubectl(&["logs", "crash", "--previous"])? == "crashing\n",
+        "logs --previous"
+    );
+    cp.wait_for(&["pod", "talk"], "{.status.phase}", |p| p == "Running", POD)?;
+    let deadline = std::time::Instant::now() + POD;
+    while !cp
+        .kubectl(&["logs", "talk"])
+        .unwrap_or_default()
+        .contains("tick2")
+    {
+        ensure!(std::time::Instant::now() < deadline, "talk never printed tick2");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let head = cp.kubectl(&["logs", "talk", "--limit-bytes=16"])?;
+    ensure!(head == "line1\nline2\nerr\n", "logs talk --limit-bytes: {head:?}");
+    let stamped = cp.kubectl(&["logs", "talk", "--tail=1", "--timestamps"])?;
+    ensure!(
+        stamped.starts_with("20") && stamped.contains("Z tick") && stamped.lines().count() == 1,
+        "logs --tail=1 --timestamps: {stamped:?}"
+    );
+    let ticks = follow_lines(&cp, &["logs", "-f", "talk", "--tail=1"], 3)?;
+    let numbers: Vec<u32> = ticks
+        .iter()
+        .filter_map(|l| l.strip_prefix("tick")?.parse().ok())
+        .collect();
+    ensure!(
+        numbers.len() == 3 && numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "logs -f streams new lines: {ticks:?}"
+    );
+    let bad = cp
+        .kubectl(&["logs", "web", "-c", "nope"])
+        .expect_err("unknown container");
+    ensure!(
+        bad.to_string()
+            .contains("container nope is not valid for pod web"),
+        "{bad}"
+    );
 
     // kubectl delete waits until the agent has stopped the pod and deleted the object.
     cp.kubectl(&["delete", "pod", "web", "--timeout=120s"])?;

@@ -11,6 +11,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+mod proxy;
 pub mod registry;
 pub mod status;
 pub mod table;
@@ -57,6 +58,8 @@ pub struct Api {
     pub(crate) watch_cache: Arc<watch::WatchCache>,
     /// Signs node client CSRs (None: CSRs stay pending).
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
+    /// TLS client for node agents (built on first use from `pki`).
+    pub(crate) agent_tls: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -251,6 +254,7 @@ impl Api {
             ca_pem,
             watch_cache: Arc::default(),
             pki: None,
+            agent_tls: std::sync::OnceLock::new(),
         }
     }
 
@@ -389,6 +393,9 @@ impl Api {
                 self.get(&t, want).await.map(|v| json_response(200, &v))
             }
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| json_response(200, &v)),
+            (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
+                self.pod_log(&t, &query).await
+            }
             (Method::POST, false, None) => {
                 let obj = parse_object_body(&ct, &body)?;
                 let (code, v) = self.create(&t, obj, &query, caller).await?;

@@ -1,0 +1,279 @@
+//! `pods/<name>/log`: the pod's container log, read from the agent of its node
+//! (`/containerLogs/<namespace>/<pod>/<container>` on the kubelet port), streamed through.
+//!
+//! The agent is reached at the Node's `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`, for
+//! nodes behind NAT such as QEMU guests with a host forward), else its InternalIP and
+//! `status.daemonEndpoints.kubeletEndpoint.Port`. The API server authenticates with a client
+//! certificate from the cluster CA (`system:masters`); like an API server without
+//! `--kubelet-certificate-authority`, it does not verify the agent's self-signed serving
+//! certificate.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::status::ApiError;
+use super::{Api, Body, ChannelBody, Query, Target};
+
+/// The Node annotation with the agent's `IP:PORT` (set by agents behind NAT).
+pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
+
+/// Query parameters passed on to the agent.
+const LOG_PARAMS: &[&str] = &[
+    "follow",
+    "tailLines",
+    "timestamps",
+    "previous",
+    "sinceSeconds",
+    "limitBytes",
+];
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Api {
+    pub(crate) async fn pod_log(&self, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
+        let container = pick_container(&pod, &name, q.get("container"))?;
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+        let nodes =
+            super::registry::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes not served"))?;
+        let (node_obj, _) = self.read_object(nodes, None, node).await?;
+        let addr = agent_address(&node_obj).ok_or_else(|| {
+            ApiError::bad_request(format!("node {node} has no address to reach its agent at"))
+        })?;
+        let mut query: Vec<String> = Vec::new();
+        for p in LOG_PARAMS {
+            if let Some(v) = q.get(p) {
+                query.push(format!("{p}={}", v.replace(['&', '#', ' '], "")));
+            }
+        }
+        let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
+        let tls = self.agent_tls()?;
+        let resp = agent_get(addr, tls, &path).await.map_err(|e| {
+            ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"))
+        })?;
+        let status = resp.status().as_u16();
+        if status != 200 {
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let msg = String::from_utf8_lossy(&body).trim().to_string();
+            return Err(match status {
+                404 => ApiError {
+                    code: 404,
+                    reason: "NotFound",
+                    message: msg,
+                    details: None,
+                },
+                400 => ApiError::bad_request(msg),
+                _ => ApiError::internal(format!("agent of node {node}: HTTP {status}: {msg}")),
+            });
+        }
+        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let mut body = resp.into_body();
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(data) = frame.into_data()
+                    && tx.send(data).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let mut out = Response::new(ChannelBody { rx }.boxed());
+        out.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        Ok(out)
+    }
+
+    /// The TLS client configuration for agents (client certificate from the cluster CA).
+    fn agent_tls(&self) -> Result<Arc<rustls::ClientConfig>, ApiError> {
+        self.agent_tls
+            .get_or_init(|| {
+                let pki = self.pki.as_ref().ok_or("the API server has no cluster CA key")?;
+                let (cert, key) = pki.kubelet_client()?;
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(UnverifiedServer(provider)))
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| e.to_string())?;
+                Ok(Arc::new(cfg))
+            })
+            .clone()
+            .map_err(ApiError::internal)
+    }
+}
+
+/// The container to read: named, or the pod's only one.
+fn pick_container<'a>(pod: &'a Value, name: &str, wanted: Option<&'a str>) -> Result<&'a str, ApiError> {
+    let names = |list: &str| -> Vec<&'a str> {
+        pod["spec"][list]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default()
+    };
+    let (containers, inits) = (names("containers"), names("initContainers"));
+    match wanted.filter(|c| !c.is_empty()) {
+        Some(c) if containers.contains(&c) || inits.contains(&c) => Ok(c),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        ))),
+        None if containers.len() == 1 => Ok(containers[0]),
+        None => {
+            let mut msg = format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                containers.join(" ")
+            );
+            if !inits.is_empty() {
+                msg.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+            }
+            Err(ApiError::bad_request(msg))
+        }
+    }
+}
+
+/// Where a node's agent listens.
+fn agent_address(node: &Value) -> Option<SocketAddr> {
+    if let Some(a) = node["metadata"]["annotations"][KUBELET_ENDPOINT_ANNOTATION].as_str() {
+        return a.parse().ok();
+    }
+    let ip: IpAddr = node["status"]["addresses"]
+        .as_array()?
+        .iter()
+        .find(|a| a["type"] == "InternalIP")?["address"]
+        .as_str()?
+        .parse()
+        .ok()?;
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .unwrap_or(10250);
+    Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
+}
+
+async fn agent_get(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| "connection timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header(header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    send.send_request(req).await.map_err(|e| e.to_string())
+}
+
+/// Accepts the agent's self-signed serving certificate (signatures are still checked).
+#[derive(Debug)]
+struct UnverifiedServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for UnverifiedServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn container_choice_and_messages() {
+        let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "init"}]}});
+        assert_eq!(pick_container(&pod, "p", Some("b")).ok(), Some("b"));
+        assert_eq!(pick_container(&pod, "p", Some("init")).ok(), Some("init"));
+        assert_eq!(
+            pick_container(&pod, "p", Some("x")).map_err(|e| e.message),
+            Err("container x is not valid for pod p".into())
+        );
+        assert_eq!(
+            pick_container(&pod, "p", None).map_err(|e| e.message),
+            Err("a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [init]".into())
+        );
+        let one = json!({"spec": {"containers": [{"name": "only"}]}});
+        assert_eq!(pick_container(&one, "p", None).ok(), Some("only"));
+    }
+
+    #[test]
+    fn agent_address_from_annotation_or_node_ip() {
+        let natted = json!({"metadata": {"annotations": {KUBELET_ENDPOINT_ANNOTATION: "127.0.0.1:40123"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.2.15"}]}});
+        assert_eq!(
+            agent_address(&natted),
+            Some("127.0.0.1:40123".parse().expect("addr"))
+        );
+        let plain = json!({"status": {"addresses": [{"type": "Hostname", "address": "n"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}});
+        assert_eq!(
+            agent_address(&plain),
+            Some("10.0.0.5:10250".parse().expect("addr"))
+        );
+        assert_eq!(agent_address(&json!({"status": {}})), None);
+    }
+}
