@@ -43,12 +43,48 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(v)
 }
 
+/// The stored form of an object: everything but its resourceVersion (the store's revision),
+/// serialized in place (no copy of the object).
 pub(crate) fn encode(obj: &Value) -> Vec<u8> {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
+    serde_json::to_vec(&Stored(obj)).unwrap_or_default()
+}
+
+struct Stored<'a>(&'a Value);
+
+impl serde::Serialize for Stored<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(top) = self.0.as_object() else {
+            return self.0.serialize(s);
+        };
+        let mut map = s.serialize_map(Some(top.len()))?;
+        for (k, v) in top {
+            match v.as_object() {
+                Some(meta) if k == "metadata" => map.serialize_entry(k, &WithoutVersion(meta))?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
     }
-    serde_json::to_vec(&o).unwrap_or_default()
+}
+
+struct WithoutVersion<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for WithoutVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in self.0.iter().filter(|(k, _)| k.as_str() != "resourceVersion") {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// `obj` as the store now holds it, at revision `rev` (what decoding the write would give).
+fn stored_at(mut obj: Value, rev: i64) -> Value {
+    obj["metadata"]["resourceVersion"] = json!(rev.to_string());
+    obj
 }
 
 pub(crate) fn name_of(obj: &Value) -> &str {
@@ -403,7 +439,7 @@ impl Api {
         if res.plural == "namespaces" && res.group.is_empty() {
             self.populate_namespace(&name).await?;
         }
-        Ok((201, decode(&ev.kv)?))
+        Ok((201, stored_at(obj, ev.kv.mod_revision)))
     }
 
     /// What every namespace holds from the start: the `default` ServiceAccount and the
@@ -557,7 +593,7 @@ impl Api {
             })
             .await
             .map_err(store_err_for(res, name))?;
-        decode(&ev.kv)
+        Ok(stored_at(obj.clone(), ev.kv.mod_revision))
     }
 
     /// Deletes `key` if it is still at `rev`; returns the object as it was.

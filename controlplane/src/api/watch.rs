@@ -46,6 +46,21 @@ pub(crate) struct Decoded {
     obj: Value,
     prev: Option<Value>,
     obj_json: Bytes,
+    /// The framed event lines (ADDED, MODIFIED, DELETED), built once for all watchers.
+    lines: [std::sync::OnceLock<Bytes>; 3],
+}
+
+impl Decoded {
+    fn line(&self, kind: &'static str) -> Bytes {
+        let i = match kind {
+            "ADDED" => 0,
+            "MODIFIED" => 1,
+            _ => 2,
+        };
+        self.lines[i]
+            .get_or_init(|| line_raw(kind, &self.obj_json))
+            .clone()
+    }
 }
 
 /// The most recent decoded events, shared by all watches.
@@ -77,6 +92,7 @@ impl WatchCache {
             obj,
             prev,
             obj_json,
+            lines: Default::default(),
         });
         if let Ok(mut q) = self.entries.lock() {
             if let Some(existing) = find(&q) {
@@ -199,7 +215,7 @@ impl Api {
                             (EventKind::Put, false, false) => None,
                         };
                         kind.map(|k| match want {
-                            Want::Object => line_raw(k, &d.obj_json),
+                            Want::Object => d.line(k),
                             Want::Table => line(k, &render(&d.obj, &rev)),
                         })
                     }
