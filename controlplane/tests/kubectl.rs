@@ -593,6 +593,10 @@ fn explain_and_field_validation() {
         !ok && err.contains("strict decoding error: unknown field \"spec.replicaz\""),
         "{err}"
     );
+    // --validate=warn: created without the unknown fields, which kubectl reports.
+    let other = typo.replace("name: web\n", "name: web-warn\n");
+    let (ok, _, err) = s.kubectl_stdin(&["create", "--validate=warn", "-f", "-"], Some(&other));
+    assert!(ok && err.contains(r#"Warning: unknown field "spec.replicaz""#), "{err}");
     s.apply(&["apply", "--validate=false", "-f", "-"], &typo);
     assert_eq!(
         s.ok(&[

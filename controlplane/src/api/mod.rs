@@ -77,6 +77,16 @@ pub(crate) struct Target {
     pub sub: Option<String>,
 }
 
+tokio::task_local! {
+    /// The warnings of the request being handled (`Warning: 299 - "..."` headers).
+    static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// Adds a warning to the current request's response (nothing outside a request).
+pub(crate) fn warn(text: String) {
+    let _ = WARNINGS.try_with(|w| w.borrow_mut().push(text));
+}
+
 /// Query parameters, decoded.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Query(Vec<(String, String)>);
@@ -326,7 +336,24 @@ impl Api {
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
             (_, ["api", ..]) | (_, ["apis", ..]) => match parse_target(&segs) {
-                Ok(t) => self.dispatch(req, t, query, caller).await,
+                Ok(t) => {
+                    // Warnings raised while handling the request become `Warning` headers.
+                    let (result, warnings) = WARNINGS
+                        .scope(std::cell::RefCell::new(Vec::new()), async {
+                            let r = self.dispatch(req, t, query, caller).await;
+                            (r, WARNINGS.with(|w| w.take()))
+                        })
+                        .await;
+                    result.map(|mut resp| {
+                        for w in warnings {
+                            let text = format!("299 - {}", serde_json::Value::String(w));
+                            if let Ok(v) = HeaderValue::from_str(&text) {
+                                resp.headers_mut().append(header::WARNING, v);
+                            }
+                        }
+                        resp
+                    })
+                }
                 Err(e) => Err(e),
             },
             _ => Err(ApiError::not_found_path(&path)),

@@ -10,7 +10,8 @@
 //!
 //! The same schemas drive [`enforce`]: fields a kind does not have are rejected (`Strict`, with
 //! the Go API server's `strict decoding error: unknown field "…"` message) or dropped (`Warn`,
-//! the default, and `Ignore`), as the Go server's typed decoding drops them.
+//! the default, with a `Warning` header per field; `Ignore`), as the Go server's typed decoding
+//! drops them.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

@@ -215,8 +215,9 @@ fn writer<'a>(t: &Target, q: &'a Query, now: &'a str) -> Option<fieldmanager::Wr
     })
 }
 
-/// Applies `fieldValidation` (OpenAPI schemas): Strict refuses unknown fields, Warn and Ignore
-/// drop them (Go's typed decoding never stores them).
+/// Applies `fieldValidation` (OpenAPI schemas): Strict refuses unknown fields, Warn (the
+/// default) drops them with a `Warning: 299 - "unknown field \"...\""` header, Ignore drops them
+/// silently (Go's typed decoding never stores them).
 fn drop_unknown_fields(res: &Resource, obj: &mut Value, q: &Query) -> Result<(), ApiError> {
     let mode = openapi::FieldValidation::parse(q.get("fieldValidation"))?;
     let dropped = openapi::enforce(res, obj, mode)?;
@@ -227,6 +228,11 @@ fn drop_unknown_fields(res: &Resource, obj: &mut Value, q: &Query) -> Result<(),
             ?dropped,
             "unknown fields dropped"
         );
+        if mode == openapi::FieldValidation::Warn {
+            for f in dropped {
+                super::warn(format!("unknown field {f:?}"));
+            }
+        }
     }
     Ok(())
 }
