@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod exec;
 pub mod logs;
 pub mod node;
 pub mod pods;

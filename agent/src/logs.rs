@@ -57,7 +57,7 @@ pub enum LogError {
     NoPrevious { pod: String, container: String },
     #[error("invalid value for {0}")]
     BadParameter(String),
-    #[error("invalid path; expected /containerLogs/<namespace>/<pod>/<container>")]
+    #[error("invalid path; expected /<containerLogs|exec>/<namespace>/<pod>/<container>")]
     BadPath,
 }
 
@@ -73,7 +73,12 @@ impl LogError {
 
 /// `(namespace, pod, container)` of a `/containerLogs/...` path.
 pub fn parse_path(path: &str) -> Result<(&str, &str, &str), LogError> {
-    let rest = path.strip_prefix("/containerLogs/").ok_or(LogError::BadPath)?;
+    parse_target(path, "/containerLogs/")
+}
+
+/// `(namespace, pod, container)` of a `<prefix><namespace>/<pod>/<container>` path.
+pub fn parse_target<'a>(path: &'a str, prefix: &str) -> Result<(&'a str, &'a str, &'a str), LogError> {
+    let rest = path.strip_prefix(prefix).ok_or(LogError::BadPath)?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
         [ns, pod, c] if [ns, pod, c].iter().all(|s| valid_name(s)) => Ok((ns, pod, c)),

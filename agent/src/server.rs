@@ -1,7 +1,7 @@
 //! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and
-//! `/containerLogs/<namespace>/<pod>/<container>` (what the API server proxies `pods/log` to)
-//! for clients with a certificate from the cluster CA in group `system:masters` (the API
-//! server's kubelet client, or an admin). The serving certificate is self-signed, as the
+//! `/containerLogs/<namespace>/<pod>/<container>` and `/exec/<namespace>/<pod>/<container>`
+//! (what the API server proxies `pods/log` and `pods/exec` to) for clients with a certificate
+//! from the cluster CA in group `system:masters` (the API server's kubelet client, or an admin). The serving certificate is self-signed, as the
 //! kubelet's is by default; the API server does not verify it.
 
 use std::convert::Infallible;
@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
+use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
 use crate::{AgentConfig, AgentError};
 
@@ -86,6 +87,15 @@ async fn handle(
     authorized: bool,
     log_root: Arc<PathBuf>,
 ) -> Result<Response<Body>, Infallible> {
+    if req.uri().path().starts_with("/exec/") {
+        if !authorized {
+            return Ok(text(
+                403,
+                "forbidden: a client certificate in group system:masters is required",
+            ));
+        }
+        return Ok(exec_upgrade(req).await);
+    }
     let path = req.uri().path();
     if path == "/healthz" {
         return Ok(text(200, "ok"));
@@ -131,6 +141,70 @@ async fn handle(
     let mut resp = text(200, Bytes::new());
     *resp.body_mut() = ChannelBody { rx }.boxed();
     Ok(resp)
+}
+
+/// `/exec/<namespace>/<pod>/<container>`: a WebSocket upgrade (`v5.channel.k8s.io`) running
+/// the command in the container.
+async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
+    let (ns, pod, container) = match logs::parse_target(req.uri().path(), "/exec/") {
+        Ok((a, b, c)) => (a.to_string(), b.to_string(), c.to_string()),
+        Err(e) => return text(e.status(), e.to_string()),
+    };
+    let opts = match exec::ExecRequest::parse(req.uri().query()) {
+        Ok(o) => o,
+        Err(e) => return text(400, e),
+    };
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let websocket = header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let Some(key) = header("sec-websocket-key").filter(|_| websocket) else {
+        return text(400, "exec needs a WebSocket upgrade");
+    };
+    let offered = req
+        .headers()
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|p| p.trim() == exec::PROTOCOL));
+    if !offered {
+        return text(400, format!("exec needs the {} subprotocol", exec::PROTOCOL));
+    }
+    let found = tokio::task::spawn_blocking(move || exec::find_container(&ns, &pod, &container)).await;
+    let id = match found {
+        Ok(Ok(id)) => id,
+        Ok(Err(e)) => return text(404, e),
+        Err(e) => return text(500, e.to_string()),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => exec::serve(TokioIo::new(up), id, opts).await,
+            Err(e) => tracing::debug!(error = %e, "exec upgrade failed"),
+        }
+    });
+    let mut resp = text(101, Bytes::new());
+    resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static("websocket"),
+    );
+    h.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    h.insert(
+        hyper::header::SEC_WEBSOCKET_PROTOCOL,
+        hyper::header::HeaderValue::from_static(exec::PROTOCOL),
+    );
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&exec::accept_key(&key)) {
+        h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    resp
 }
 
 /// Streams what is appended to `file` from `offset` until the container stops running, the file
@@ -253,6 +327,7 @@ pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>) -> Result<(), Agent
             let service = service_fn(move |req| handle(req, authorized, log_root.clone()));
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades()
                 .await
             {
                 tracing::debug!(peer = %peer, error = %e, "connection ended with an error");

@@ -114,6 +114,10 @@ pub async fn serve(
                         .and_then(|v| v.strip_prefix("Bearer "))
                         .and_then(|t| tokens.get(t.trim()).cloned());
                     let caller = cert_caller.or(bearer);
+                    // Streaming upgrades (exec) keep the raw request; everything else is read whole.
+                    if req.headers().contains_key(hyper::header::UPGRADE) {
+                        return Ok::<_, std::convert::Infallible>(api.upgrade(caller.as_ref(), req).await);
+                    }
                     let (parts, body) = req.into_parts();
                     let resp = match crate::api::collect_body(body).await {
                         Ok(bytes) => {
@@ -127,6 +131,7 @@ pub async fn serve(
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades()
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");

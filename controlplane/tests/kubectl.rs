@@ -596,7 +596,10 @@ fn explain_and_field_validation() {
     // --validate=warn: created without the unknown fields, which kubectl reports.
     let other = typo.replace("name: web\n", "name: web-warn\n");
     let (ok, _, err) = s.kubectl_stdin(&["create", "--validate=warn", "-f", "-"], Some(&other));
-    assert!(ok && err.contains(r#"Warning: unknown field "spec.replicaz""#), "{err}");
+    assert!(
+        ok && err.contains(r#"Warning: unknown field "spec.replicaz""#),
+        "{err}"
+    );
     s.apply(&["apply", "--validate=false", "-f", "-"], &typo);
     assert_eq!(
         s.ok(&[
@@ -608,6 +611,26 @@ fn explain_and_field_validation() {
         ]),
         r#"1 {"image":"nginx:1.26","name":"nginx"}"#,
         "unknown fields dropped, defaults applied"
+    );
+}
+
+/// `kubectl logs` and `kubectl exec` reach the pod's node agent; a pod on no node gets the
+/// upstream message through both the log request and the exec WebSocket upgrade.
+#[test]
+fn logs_and_exec_need_a_node() {
+    let s = start();
+    s.apply(&["create", "-f", "-"], POD);
+    for args in [&["logs", "solo"][..], &["exec", "solo", "--", "true"][..]] {
+        let (ok, _, err) = s.kubectl(args);
+        assert!(
+            !ok && err.contains("pod solo does not have a host assigned"),
+            "{args:?}: {err}"
+        );
+    }
+    let (ok, _, err) = s.kubectl(&["logs", "solo", "-c", "other"]);
+    assert!(
+        !ok && err.contains("container other is not valid for pod solo"),
+        "{err}"
     );
 }
 

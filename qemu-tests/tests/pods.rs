@@ -12,6 +12,31 @@ use qemu_tests::vm::{Arch, VmConfig, VmFactory, out_dir};
 const BOOT: Duration = Duration::from_secs(300);
 const POD: Duration = Duration::from_secs(180);
 
+/// Runs kubectl (stdin from `input`); returns (exit code, stdout, stderr).
+fn kubectl_status(
+    cp: &ControlPlane,
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<(Option<i32>, String, String)> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.unwrap_or_default().as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
 /// Runs kubectl with stdout piped and returns its first `n` lines (within 60 s), then kills it.
 fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String>> {
     use std::io::BufRead;
@@ -196,6 +221,51 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         bad.to_string()
             .contains("container nope is not valid for pod web"),
         "{bad}"
+    );
+
+    // kubectl exec (WebSocket v5), through the API server to the node's agent and the runtime.
+    ensure!(
+        cp.kubectl(&["exec", "web", "--", "cat", "/etc/hostname"])? == "web\n",
+        "exec cat"
+    );
+    let out = kubectl_status(
+        &cp,
+        &["exec", "web", "--", "sh", "-c", "echo out; echo err >&2; exit 3"],
+        None,
+    )?;
+    ensure!(
+        out.0 == Some(3) && out.1 == "out\n" && out.2.contains("err"),
+        "exec exit code: {out:?}"
+    );
+    let echoed = kubectl_status(
+        &cp,
+        &["exec", "-i", "web", "--", "sh", "-c", "cat; echo done"],
+        Some("from stdin\n"),
+    )?;
+    ensure!(
+        echoed.0 == Some(0) && echoed.1 == "from stdin\ndone\n",
+        "exec -i: {echoed:?}"
+    );
+    // With a terminal (`-it`; `script` gives kubectl one): the process sees a tty on stdin.
+    let tty = std::process::Command::new("script")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .args([
+            "-qec",
+            "kubectl exec -it web -- sh -c 'test -t 0 && echo IS-A-TTY; exit 5'",
+            "/dev/null",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    ensure!(
+        tty.status.code() == Some(5) && shown.contains("IS-A-TTY"),
+        "exec -it: {:?} {shown:?}",
+        tty.status
+    );
+    let bad = kubectl_status(&cp, &["exec", "web", "-c", "nope", "--", "true"], None)?;
+    ensure!(
+        bad.0 != Some(0) && bad.2.contains("container nope is not valid for pod web"),
+        "{bad:?}"
     );
 
     // kubectl delete waits until the agent has stopped the pod and deleted the object.

@@ -11,6 +11,11 @@ pub mod logs;
 pub mod net;
 pub mod pause;
 pub mod probe;
+
+/// Terminals for exec sessions (`kubectl exec -t`).
+pub mod pty {
+    pub use crate::sys::{openpty, set_window_size};
+}
 pub mod seccomp;
 pub mod server;
 pub mod spec;

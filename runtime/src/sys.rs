@@ -88,3 +88,26 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: `fd` is a fresh descriptor from pidfd_open, owned by nobody else.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
+
+/// A pseudo-terminal pair: (master, slave).
+pub fn openpty() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let p = nix::pty::openpty(None, None).map_err(io::Error::from)?;
+    Ok((p.master, p.slave))
+}
+
+/// Sets a terminal's window size (`TIOCSWINSZ`).
+pub fn set_window_size(fd: std::os::fd::BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    nix::ioctl_write_ptr_bad!(tiocswinsz, libc::TIOCSWINSZ, nix::pty::Winsize);
+    let ws = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which is valid for the call; `fd`
+    // is a live descriptor borrowed for the call.
+    unsafe { tiocswinsz(fd.as_raw_fd(), &ws) }
+        .map(|_| ())
+        .map_err(io::Error::from)
+}

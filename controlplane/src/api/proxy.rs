@@ -1,5 +1,6 @@
-//! `pods/<name>/log`: the pod's container log, read from the agent of its node
-//! (`/containerLogs/<namespace>/<pod>/<container>` on the kubelet port), streamed through.
+//! The pod subresources served by the node agent: `pods/<name>/log` (the agent's
+//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through) and `pods/<name>/exec`
+//! (a WebSocket upgrade spliced to the agent's `/exec/...`).
 //!
 //! The agent is reached at the Node's `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`, for
 //! nodes behind NAT such as QEMU guests with a host forward), else its InternalIP and
@@ -23,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::status::ApiError;
-use super::{Api, Body, ChannelBody, Query, Target};
+use super::{Api, Body, Caller, ChannelBody, Query, Target};
 
 /// The Node annotation with the agent's `IP:PORT` (set by agents behind NAT).
 pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
@@ -46,16 +47,7 @@ impl Api {
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?;
-        let node = pod["spec"]["nodeName"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
-        let nodes =
-            super::registry::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes not served"))?;
-        let (node_obj, _) = self.read_object(nodes, None, node).await?;
-        let addr = agent_address(&node_obj).ok_or_else(|| {
-            ApiError::bad_request(format!("node {node} has no address to reach its agent at"))
-        })?;
+        let (node, addr) = self.agent_of(&pod, &name).await?;
         let mut query: Vec<String> = Vec::new();
         for p in LOG_PARAMS {
             if let Some(v) = q.get(p) {
@@ -64,28 +56,19 @@ impl Api {
         }
         let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
         let tls = self.agent_tls()?;
-        let resp = agent_get(addr, tls, &path).await.map_err(|e| {
-            ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"))
-        })?;
-        let status = resp.status().as_u16();
-        if status != 200 {
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            let msg = String::from_utf8_lossy(&body).trim().to_string();
-            return Err(match status {
-                404 => ApiError {
-                    code: 404,
-                    reason: "NotFound",
-                    message: msg,
-                    details: None,
-                },
-                400 => ApiError::bad_request(msg),
-                _ => ApiError::internal(format!("agent of node {node}: HTTP {status}: {msg}")),
-            });
+        let unreachable =
+            |e: String| ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"));
+        let mut send = agent_connect(addr, tls, false).await.map_err(unreachable)?;
+        let req = http::Request::get(path)
+            .header(header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(agent_error(&node, resp).await);
         }
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let mut body = resp.into_body();
@@ -102,6 +85,21 @@ impl Api {
         out.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         Ok(out)
+    }
+
+    /// The node a pod runs on and where its agent listens.
+    async fn agent_of(&self, pod: &Value, name: &str) -> Result<(String, SocketAddr), ApiError> {
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+        let nodes =
+            super::registry::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes not served"))?;
+        let (node_obj, _) = self.read_object(nodes, None, node).await?;
+        let addr = agent_address(&node_obj).ok_or_else(|| {
+            ApiError::bad_request(format!("node {node} has no address to reach its agent at"))
+        })?;
+        Ok((node.to_string(), addr))
     }
 
     /// The TLS client configuration for agents (client certificate from the cluster CA).
@@ -126,6 +124,111 @@ impl Api {
             })
             .clone()
             .map_err(ApiError::internal)
+    }
+}
+
+impl Api {
+    /// `pods/<name>/exec` upgraded to a WebSocket (`v5.channel.k8s.io`): the connection is spliced
+    /// to the node agent's `/exec/...` endpoint, which runs the command and speaks the channel
+    /// protocol. SPDY upgrades (kubectl's fallback) are refused with the reason.
+    pub async fn upgrade(
+        &self,
+        caller: Option<&Caller>,
+        mut req: hyper::Request<hyper::body::Incoming>,
+    ) -> Response<Body> {
+        match self.splice_exec(caller, &mut req).await {
+            Ok(r) => r,
+            Err(e) => super::error_response(&e),
+        }
+    }
+
+    async fn splice_exec(
+        &self,
+        caller: Option<&Caller>,
+        req: &mut hyper::Request<hyper::body::Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        if caller.is_none() {
+            return Err(ApiError::unauthorized());
+        }
+        let path = req.uri().path().to_string();
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let t = super::parse_target(&segs)?;
+        let is_pod = t.res.kind == "Pod" && t.res.group.is_empty();
+        if !is_pod || t.sub.as_deref() != Some("exec") || t.name.is_none() {
+            return Err(ApiError::bad_request(format!(
+                "{path} cannot be upgraded (only pods/<name>/exec)"
+            )));
+        }
+        let q = Query::parse(req.uri().query());
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
+        let container = pick_container(&pod, &name, q.get("container"))?.to_string();
+        let (node, addr) = self.agent_of(&pod, &name).await?;
+        let websocket = req
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+        if !websocket {
+            return Err(ApiError::bad_request(
+                "exec over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)",
+            ));
+        }
+        let agent_path = format!(
+            "/exec/{ns}/{name}/{container}?{}",
+            req.uri().query().unwrap_or_default()
+        );
+        let tls = self.agent_tls()?;
+        let unreachable =
+            |e: String| ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"));
+        let mut send = agent_connect(addr, tls, true).await.map_err(unreachable)?;
+        let mut up = http::Request::get(agent_path)
+            .header(header::HOST, addr.to_string())
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "websocket");
+        for h in [
+            header::SEC_WEBSOCKET_KEY,
+            header::SEC_WEBSOCKET_VERSION,
+            header::SEC_WEBSOCKET_PROTOCOL,
+        ] {
+            for v in req.headers().get_all(&h) {
+                up = up.header(&h, v.clone());
+            }
+        }
+        let up = up
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let mut agent_resp = send
+            .send_request(up)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if agent_resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            return Err(agent_error(&node, agent_resp).await);
+        }
+        let mut out = Response::new(super::full(Bytes::new()));
+        *out.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        for h in [
+            header::UPGRADE,
+            header::CONNECTION,
+            header::SEC_WEBSOCKET_ACCEPT,
+            header::SEC_WEBSOCKET_PROTOCOL,
+        ] {
+            if let Some(v) = agent_resp.headers().get(&h) {
+                out.headers_mut().insert(h, v.clone());
+            }
+        }
+        let client_side = hyper::upgrade::on(req);
+        let agent_side = hyper::upgrade::on(&mut agent_resp);
+        tokio::spawn(async move {
+            let (Ok(c), Ok(a)) = (client_side.await, agent_side.await) else {
+                tracing::debug!("exec upgrade did not complete");
+                return;
+            };
+            let (mut c, mut a) = (TokioIo::new(c), TokioIo::new(a));
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut a).await;
+        });
+        Ok(out)
     }
 }
 
@@ -175,11 +278,12 @@ fn agent_address(node: &Value) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
 }
 
-async fn agent_get(
+/// An HTTP/1.1 connection to an agent (driven by a spawned task; with upgrades for exec).
+async fn agent_connect(
     addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
-    path: &str,
-) -> Result<http::Response<hyper::body::Incoming>, String> {
+    upgrades: bool,
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, String> {
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| "connection timed out".to_string())?
@@ -188,15 +292,37 @@ async fn agent_get(
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
         .await
         .map_err(|e| e.to_string())?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header(header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    send.send_request(req).await.map_err(|e| e.to_string())
+    if upgrades {
+        tokio::spawn(conn.with_upgrades());
+    } else {
+        tokio::spawn(conn);
+    }
+    Ok(send)
+}
+
+/// An agent's error answer as an API error (its text body is the message).
+async fn agent_error(node: &str, resp: http::Response<hyper::body::Incoming>) -> ApiError {
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let msg = String::from_utf8_lossy(&body).trim().to_string();
+    match status {
+        404 => ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: msg,
+            details: None,
+        },
+        400 => ApiError::bad_request(msg),
+        _ => ApiError::internal(format!("agent of node {node}: HTTP {status}: {msg}")),
+    }
 }
 
 /// Accepts the agent's self-signed serving certificate (signatures are still checked).

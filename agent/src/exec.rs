@@ -1,0 +1,394 @@
+//! `kubectl exec` on the node: `GET /exec/<namespace>/<pod>/<container>?command=...` upgraded to a
+//! WebSocket speaking the `v5.channel.k8s.io` protocol (binary frames whose first byte is the
+//! channel: 0 stdin, 1 stdout, 2 stderr, 3 the final Status, 4 terminal resize, 255 close of a
+//! stream). The process runs through the runtime (`Exec`, stdio passed as descriptors): pipes,
+//! or a pseudo-terminal with `tty=true`.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+
+use base64::Engine;
+use serde_json::json;
+use sha1::{Digest, Sha1};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The only subprotocol served.
+pub const PROTOCOL: &str = "v5.channel.k8s.io";
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+const CLOSE: u8 = 255;
+
+/// Largest client frame accepted (stdin chunks and resize messages are small).
+const MAX_FRAME: u64 = 1 << 20;
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+pub fn accept_key(key: &str) -> String {
+    let mut h = Sha1::new();
+    h.update(key.trim().as_bytes());
+    h.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(h.finalize())
+}
+
+/// What the request asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl ExecRequest {
+    /// Parses the query (`command` repeated, `stdin`/`stdout`/`stderr`/`tty` flags).
+    pub fn parse(query: Option<&str>) -> Result<Self, String> {
+        let mut r = ExecRequest::default();
+        for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let flag = matches!(v, "true" | "1");
+            match k {
+                "command" => r.command.push(percent_decode(v)),
+                "stdin" => r.stdin = flag,
+                "stdout" => r.stdout = flag,
+                "stderr" => r.stderr = flag,
+                "tty" => r.tty = flag,
+                _ => {}
+            }
+        }
+        if r.command.is_empty() {
+            return Err("you must specify at least 1 command".into());
+        }
+        Ok(r)
+    }
+}
+
+/// The runtime id of the running container `name` of pod `namespace/pod`.
+pub fn find_container(namespace: &str, pod: &str, name: &str) -> Result<String, String> {
+    let mut client =
+        runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
+    let sandboxes = client.list_sandboxes().map_err(|e| e.to_string())?;
+    let ids: Vec<&str> = sandboxes
+        .iter()
+        .filter(|s| s.namespace == namespace && s.name == pod)
+        .map(|s| s.id.as_str())
+        .collect();
+    let containers = client.list_containers().map_err(|e| e.to_string())?;
+    containers
+        .iter()
+        .find(|c| {
+            ids.contains(&c.sandbox_id.as_str()) && c.name == name && c.state == runtime::api::State::Running
+        })
+        .map(|c| c.id.clone())
+        .ok_or_else(|| format!("container {name} in pod {namespace}/{pod} is not running on this node"))
+}
+
+/// One WebSocket frame from the client.
+struct Frame {
+    opcode: u8,
+    payload: Vec<u8>,
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Frame> {
+    let mut head = [0u8; 2];
+    r.read_exact(&mut head).await?;
+    let opcode = head[0] & 0x0f;
+    let masked = head[1] & 0x80 != 0;
+    let len = match head[1] & 0x7f {
+        126 => u64::from(r.read_u16().await?),
+        127 => r.read_u64().await?,
+        n => u64::from(n),
+    };
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!("frame of {len} bytes")));
+    }
+    let mut mask = [0u8; 4];
+    if masked {
+        r.read_exact(&mut mask).await?;
+    }
+    let mut payload = vec![0u8; len as usize];
+    r.read_exact(&mut payload).await?;
+    if masked {
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+    }
+    Ok(Frame { opcode, payload })
+}
+
+/// A server frame (FIN set, unmasked).
+fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 10);
+    out.push(0x80 | opcode);
+    match payload.len() {
+        n if n < 126 => out.push(n as u8),
+        n if n <= 0xffff => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A binary frame on `channel`.
+fn channel_frame(channel: u8, data: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(data.len() + 1);
+    p.push(channel);
+    p.extend_from_slice(data);
+    frame(2, &p)
+}
+
+/// The Status kubectl reads from channel 3 (its exit code comes from the `ExitCode` cause).
+pub fn status(exit: Result<i32, String>) -> serde_json::Value {
+    match exit {
+        Ok(0) => json!({"metadata": {}, "status": "Success"}),
+        Ok(code) => json!({
+            "metadata": {}, "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: exit status {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+        }),
+        Err(e) => json!({"metadata": {}, "status": "Failure", "message": e, "reason": "InternalError"}),
+    }
+}
+
+/// Copies a descriptor's output to the client on `channel` until EOF (or EIO, a closed terminal).
+fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
+    let mut f = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if out.blocking_send(channel_frame(channel, &buf[..n])).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs `req` in container `id` and serves the session on `io` until the process has exited and
+/// its output is delivered.
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, id: String, req: ExecRequest) {
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(f) = out_rx.recv().await {
+            if wr.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let exit = run(&mut rd, id, req, out_tx.clone()).await;
+    let status = status(exit).to_string();
+    let _ = out_tx.send(channel_frame(ERROR, status.as_bytes())).await;
+    let _ = out_tx.send(frame(8, &1000u16.to_be_bytes())).await;
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+async fn run<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    id: String,
+    req: ExecRequest,
+    out: mpsc::Sender<Vec<u8>>,
+) -> Result<i32, String> {
+    let io_err = |e: std::io::Error| e.to_string();
+    // Our ends: where stdin goes, what we read output from; the process's ends go to the runtime.
+    let (stdin_ours, outputs, child): (OwnedFd, Vec<(OwnedFd, u8)>, [OwnedFd; 3]) = if req.tty {
+        let (master, slave) = runtime::pty::openpty().map_err(io_err)?;
+        let reader = master.try_clone().map_err(io_err)?;
+        let c = [
+            slave.try_clone().map_err(io_err)?,
+            slave.try_clone().map_err(io_err)?,
+            slave,
+        ];
+        (master, vec![(reader, STDOUT)], c)
+    } else {
+        let (in_r, in_w) = std::io::pipe().map_err(io_err)?;
+        let (out_r, out_w) = std::io::pipe().map_err(io_err)?;
+        let (err_r, err_w) = std::io::pipe().map_err(io_err)?;
+        (
+            in_w.into(),
+            vec![(out_r.into(), STDOUT), (err_r.into(), STDERR)],
+            [in_r.into(), out_w.into(), err_w.into()],
+        )
+    };
+    let command = req.command.clone();
+    let exec_id = tokio::task::spawn_blocking(move || {
+        let mut client =
+            runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
+        let fds = [child[0].as_raw_fd(), child[1].as_raw_fd(), child[2].as_raw_fd()];
+        let r = client.exec(&id, command, fds).map_err(|e| e.to_string());
+        drop(child); // The process has its own copies now: EOF reaches us when it exits.
+        r
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let mut pumps = Vec::new();
+    for (fd, channel) in outputs {
+        let tx = out.clone();
+        pumps.push(tokio::task::spawn_blocking(move || pump_output(fd, channel, tx)));
+    }
+    let waiter = tokio::task::spawn_blocking(move || {
+        let mut client =
+            runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
+        client.wait_exec(&exec_id).map_err(|e| e.to_string())
+    });
+    // Stdin is written by a thread (a process that does not read must not block us); dropping
+    // the sender closes the process's stdin.
+    let tty = req.tty;
+    let resize_fd = if tty {
+        Some(stdin_ours.try_clone().map_err(io_err)?)
+    } else {
+        None
+    };
+    let mut stdin: Option<std::sync::mpsc::Sender<Vec<u8>>> = None;
+    if req.stdin || tty {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let mut file = std::fs::File::from(stdin_ours);
+        std::thread::spawn(move || {
+            for chunk in rx {
+                if file.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        stdin = Some(tx);
+    } else {
+        drop(stdin_ours);
+    }
+    // Client frames until the process exits: stdin, resizes, stream closes, pings.
+    let mut waiter = std::pin::pin!(waiter);
+    let code = loop {
+        tokio::select! {
+            done = &mut waiter => break done.map_err(|e| e.to_string())?,
+            f = read_frame(rd) => match f {
+                Ok(Frame { opcode: 0..=2, payload }) => match payload.split_first() {
+                    Some((&STDIN, data)) => {
+                        if let Some(w) = stdin.as_ref() {
+                            let _ = w.send(data.to_vec());
+                        }
+                    }
+                    Some((&RESIZE, data)) => {
+                        if let (Some(fd), Ok(size)) = (resize_fd.as_ref(), serde_json::from_slice::<serde_json::Value>(data)) {
+                            let dim = |k: &str| u16::try_from(size[k].as_u64().unwrap_or(0)).unwrap_or(u16::MAX);
+                            let _ = runtime::pty::set_window_size(fd.as_fd(), dim("Width"), dim("Height"));
+                        }
+                    }
+                    Some((&CLOSE, [STDIN])) if !tty => stdin = None,
+                    _ => {}
+                },
+                Ok(Frame { opcode: 9, payload }) => {
+                    let _ = out.send(frame(10, &payload)).await;
+                }
+                Ok(Frame { opcode: 8, .. }) | Err(_) => {
+                    // The client left: nothing more to read; wait for the process.
+                    stdin = None;
+                    break (&mut waiter).await.map_err(|e| e.to_string())?;
+                }
+                Ok(_) => {}
+            },
+        }
+    };
+    drop(stdin);
+    for p in pumps {
+        let _ = p.await;
+    }
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_key_matches_rfc_6455() {
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn parses_kubectl_queries() {
+        let r = ExecRequest::parse(Some(
+            "command=sh&command=-c&command=echo+hi%3B+exit+3&container=main&stderr=true&stdout=true",
+        ))
+        .expect("valid");
+        assert_eq!(r.command, ["sh", "-c", "echo hi; exit 3"]);
+        assert!(r.stdout && r.stderr && !r.stdin && !r.tty);
+        assert!(ExecRequest::parse(Some("stdout=true")).is_err());
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("rt");
+        rt.block_on(async {
+            // A masked client frame on channel 0.
+            let payload = b"\x00hello";
+            let mask = [1u8, 2, 3, 4];
+            let mut wire = vec![0x82, 0x80 | payload.len() as u8];
+            wire.extend_from_slice(&mask);
+            wire.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+            let f = read_frame(&mut &wire[..]).await.expect("frame");
+            assert_eq!((f.opcode, f.payload.as_slice()), (2, &payload[..]));
+            // Server frames: 7-bit, 16-bit and 64-bit lengths.
+            for n in [5usize, 300, 70_000] {
+                let data = vec![7u8; n];
+                let wire = channel_frame(STDOUT, &data);
+                let f = read_frame(&mut &wire[..]).await.expect("frame");
+                assert_eq!(f.payload.len(), n + 1);
+                assert_eq!(f.payload[0], STDOUT);
+            }
+        });
+    }
+
+    #[test]
+    fn exit_status_for_kubectl() {
+        assert_eq!(status(Ok(0))["status"], "Success");
+        let s = status(Ok(3));
+        assert_eq!(s["reason"], "NonZeroExitCode");
+        assert_eq!(
+            s["details"]["causes"][0],
+            json!({"reason": "ExitCode", "message": "3"})
+        );
+    }
+}
