@@ -196,7 +196,8 @@ impl Api {
             }
             _ => {}
         }
-        Ok(())
+        super::defaults::apply(res, obj);
+        super::defaults::validate(res, obj)
     }
 
     pub(crate) async fn namespace_active(&self, ns: &str) -> Result<(), ApiError> {

@@ -4,6 +4,7 @@
 //! the authenticated caller, so tests drive it without sockets.
 
 mod admission;
+mod defaults;
 mod delete;
 pub mod discovery;
 pub mod fieldmanager;

@@ -250,16 +250,22 @@ pub fn enforce(res: &Resource, obj: &mut Value, mode: FieldValidation) -> Result
     let Some(schema) = name.and_then(|n| docs.schemas.get(n)) else {
         return Ok(Vec::new());
     };
-    let mut unknown = Vec::new();
-    let prune = mode != FieldValidation::Strict;
-    walk(
-        &docs.schemas,
-        schema,
-        obj,
-        &mut String::new(),
-        &mut unknown,
-        prune,
-    );
+    let mut w = Walk {
+        schemas: &docs.schemas,
+        unknown: Vec::new(),
+        wrong_type: None,
+        prune: mode != FieldValidation::Strict,
+    };
+    w.walk(schema, obj, &mut String::new());
+    let unknown = w.unknown;
+    // A value of the wrong type is a decoding error whatever the mode (Go cannot decode it).
+    if let Some(e) = w.wrong_type {
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+            kind = res.kind,
+            version = res.version,
+        )));
+    }
     if mode == FieldValidation::Strict && !unknown.is_empty() {
         let list: Vec<String> = unknown.iter().map(|f| format!("unknown field {f:?}")).collect();
         return Err(ApiError::bad_request(format!(
@@ -289,63 +295,116 @@ fn resolve<'a>(schemas: &'a Map<String, Value>, mut s: &'a Value) -> &'a Value {
     s
 }
 
-fn walk(
-    schemas: &Map<String, Value>,
-    schema: &Value,
-    v: &mut Value,
-    path: &mut String,
-    out: &mut Vec<String>,
-    prune: bool,
-) {
-    let schema = resolve(schemas, schema);
-    if schema["x-kubernetes-preserve-unknown-fields"] == true {
-        return;
-    }
-    let len = path.len();
-    let enter = |path: &mut String, k: &str| {
-        if !path.is_empty() {
-            path.push('.');
-        }
-        path.push_str(k);
-    };
+/// JSON's name for the type of a value, as Go's decoder reports it.
+fn json_kind(v: &Value) -> &'static str {
     match v {
-        Value::Object(m) => {
-            if let Some(props) = schema["properties"].as_object() {
-                let mut drop = Vec::new();
-                for (k, child) in m.iter_mut() {
-                    enter(path, k);
-                    match props.get(k) {
-                        Some(s) => walk(schemas, s, child, path, out, prune),
-                        None => {
-                            out.push(path.clone());
-                            drop.push(k.clone());
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The schema type `v` should have had, when it has another (null fits everything).
+fn type_mismatch(schema: &Value, v: &Value) -> Option<&'static str> {
+    if v.is_null() {
+        return None;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        return (!(v.is_string() || v.is_i64() || v.is_u64())).then_some("int or string");
+    }
+    let (ok, name) = match schema["type"].as_str()? {
+        "string" => (v.is_string(), "string"),
+        "integer" => (v.is_i64() || v.is_u64(), "integer"),
+        "number" => (v.is_number(), "number"),
+        "boolean" => (v.is_boolean(), "boolean"),
+        "array" => (v.is_array(), "array"),
+        "object" => (v.is_object(), "object"),
+        _ => (true, ""),
+    };
+    (!ok).then_some(name)
+}
+
+/// One pass over an object against its schema.
+struct Walk<'a> {
+    schemas: &'a Map<String, Value>,
+    /// Paths of fields the schema does not have.
+    unknown: Vec<String>,
+    /// The first value of the wrong type.
+    wrong_type: Option<String>,
+    /// Remove unknown fields.
+    prune: bool,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, schema: &Value, v: &mut Value, path: &mut String) {
+        let schemas = self.schemas;
+        let schema = resolve(schemas, schema);
+        if schema["x-kubernetes-preserve-unknown-fields"] == true {
+            return;
+        }
+        if let Some(want) = type_mismatch(schema, v) {
+            if self.wrong_type.is_none() {
+                let at = if path.is_empty() {
+                    "the object"
+                } else {
+                    path.as_str()
+                };
+                self.wrong_type = Some(format!(
+                    "json: cannot unmarshal {} into {at} of type {want}",
+                    json_kind(v)
+                ));
+            }
+            return;
+        }
+        let len = path.len();
+        let enter = |path: &mut String, k: &str| {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(k);
+        };
+        match v {
+            Value::Object(m) => {
+                if let Some(props) = schema["properties"].as_object() {
+                    let mut drop = Vec::new();
+                    for (k, child) in m.iter_mut() {
+                        enter(path, k);
+                        match props.get(k) {
+                            Some(s) => self.walk(s, child, path),
+                            None => {
+                                self.unknown.push(path.clone());
+                                drop.push(k.clone());
+                            }
+                        }
+                        path.truncate(len);
+                    }
+                    if self.prune {
+                        for k in drop {
+                            m.remove(&k);
                         }
                     }
-                    path.truncate(len);
-                }
-                if prune {
-                    for k in drop {
-                        m.remove(&k);
+                } else if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                    for (k, child) in m.iter_mut() {
+                        enter(path, k);
+                        self.walk(extra, child, path);
+                        path.truncate(len);
                     }
                 }
-            } else if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, child) in m.iter_mut() {
-                    enter(path, k);
-                    walk(schemas, extra, child, path, out, prune);
-                    path.truncate(len);
+            }
+            Value::Array(items) => {
+                if let Some(item) = schema.get("items") {
+                    for (i, child) in items.iter_mut().enumerate() {
+                        path.push_str(&format!("[{i}]"));
+                        self.walk(item, child, path);
+                        path.truncate(len);
+                    }
                 }
             }
+            _ => {}
         }
-        Value::Array(items) => {
-            if let Some(item) = schema.get("items") {
-                for (i, child) in items.iter_mut().enumerate() {
-                    path.push_str(&format!("[{i}]"));
-                    walk(schemas, item, child, path, out, prune);
-                    path.truncate(len);
-                }
-            }
-        }
-        _ => {}
     }
 }
 
@@ -433,5 +492,23 @@ mod tests {
             Vec::<String>::new()
         );
         assert!(FieldValidation::parse(Some("Loose")).is_err());
+        // Wrong types are refused in every mode.
+        let mut typed = clean.clone();
+        typed["spec"]["replicas"] = json!("two");
+        let err = enforce(deploy, &mut typed, FieldValidation::Ignore).expect_err("wrong type");
+        assert_eq!(
+            err.message,
+            "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into spec.replicas of type integer"
+        );
+        let mut ok = clean.clone();
+        ok["spec"]["strategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}});
+        ok["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] =
+            json!({"cpu": 1, "memory": "1Gi"});
+        ok["spec"]["paused"] = json!(null);
+        assert!(
+            enforce(deploy, &mut ok, FieldValidation::Strict).is_ok(),
+            "int-or-string, quantities, nulls"
+        );
     }
 }
