@@ -65,7 +65,8 @@ impl LogError {
     /// The HTTP status the agent answers with.
     pub fn status(&self) -> u16 {
         match self {
-            LogError::BadParameter(_) | LogError::BadPath => 400,
+            // As the kubelet: a missing previous instance is a bad request (SEEDS-SPEC API-58).
+            LogError::BadParameter(_) | LogError::BadPath | LogError::NoPrevious { .. } => 400,
             _ => 404,
         }
     }

@@ -262,6 +262,12 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "exec -it: {:?} {shown:?}",
         tty.status
     );
+    let never = kubectl_status(&cp, &["logs", "web", "--previous"], None)?;
+    ensure!(
+        never.2.trim()
+            == r#"Error from server (BadRequest): previous terminated container "main" in pod "web" not found"#,
+        "logs --previous without a restart: {never:?}"
+    );
     let bad = kubectl_status(&cp, &["exec", "web", "-c", "nope", "--", "true"], None)?;
     ensure!(
         bad.0 != Some(0) && bad.2.contains("container nope is not valid for pod web"),
