@@ -115,6 +115,7 @@ pub fn find_container(namespace: &str, pod: &str, name: &str) -> Result<String, 
 
 /// One WebSocket frame from the client.
 struct Frame {
+    fin: bool,
     opcode: u8,
     payload: Vec<u8>,
 }
@@ -122,6 +123,7 @@ struct Frame {
 async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Frame> {
     let mut head = [0u8; 2];
     r.read_exact(&mut head).await?;
+    let fin = head[0] & 0x80 != 0;
     let opcode = head[0] & 0x0f;
     let masked = head[1] & 0x80 != 0;
     let len = match head[1] & 0x7f {
@@ -143,7 +145,40 @@ async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Frame> {
             *b ^= mask[i % 4];
         }
     }
-    Ok(Frame { opcode, payload })
+    Ok(Frame { fin, opcode, payload })
+}
+
+/// Client messages: data messages reassembled from their fragments (RFC 6455 §5.4), control
+/// frames (close, ping) as they come.
+struct MessageReader<R> {
+    inner: R,
+    partial: Option<(u8, Vec<u8>)>,
+}
+
+impl<R: AsyncRead + Unpin> MessageReader<R> {
+    async fn next(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+        loop {
+            let f = read_frame(&mut self.inner).await?;
+            if f.opcode >= 8 {
+                return Ok((f.opcode, f.payload));
+            }
+            let (opcode, mut data) = match (f.opcode, self.partial.take()) {
+                (0, Some((op, mut buf))) => {
+                    buf.extend_from_slice(&f.payload);
+                    (op, buf)
+                }
+                (0, None) => return Err(std::io::Error::other("continuation without a message")),
+                (op, _) => (op, f.payload),
+            };
+            if data.len() as u64 > MAX_FRAME {
+                return Err(std::io::Error::other("message too large"));
+            }
+            if f.fin {
+                return Ok((opcode, std::mem::take(&mut data)));
+            }
+            self.partial = Some((opcode, data));
+        }
+    }
 }
 
 /// A server frame (FIN set, unmasked).
@@ -187,18 +222,35 @@ pub fn status(exit: Result<i32, String>) -> serde_json::Value {
     }
 }
 
-/// Copies a descriptor's output to the client on `channel` until EOF (or EIO, a closed terminal).
-fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
-    let mut f = std::fs::File::from(fd);
+/// Copies a descriptor's output to the client on `channel` until EOF (or EIO, a closed
+/// terminal). Reads are asynchronous, so dropping the task closes the descriptor.
+async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
+    if runtime::pty::set_nonblocking(fd.as_fd()).is_err() {
+        return;
+    }
+    // `AsyncFd::new` is deprecated because a `T` that does not own its descriptor could close it
+    // while registered; here `T` is a `File` that owns it alone, which is the sound case (the
+    // replacement, `register`, is `unsafe`, which this crate forbids).
+    #[allow(deprecated)]
+    let Ok(afd) = tokio::io::unix::AsyncFd::new(std::fs::File::from(fd)) else {
+        return;
+    };
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        match f.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if out.blocking_send(channel_frame(channel, &buf[..n])).is_err() {
+        let Ok(mut guard) = afd.readable().await else {
+            return;
+        };
+        match guard.try_io(|f| {
+            let mut file: &std::fs::File = f.get_ref();
+            file.read(&mut buf)
+        }) {
+            Ok(Ok(0) | Err(_)) => return,
+            Ok(Ok(n)) => {
+                if out.send(channel_frame(channel, &buf[..n])).await.is_err() {
                     return;
                 }
             }
+            Err(_would_block) => {}
         }
     }
 }
@@ -216,20 +268,47 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, id
         }
         let _ = wr.shutdown().await;
     });
-    let exit = run(&mut rd, id, req, out_tx.clone()).await;
-    let status = status(exit).to_string();
-    let _ = out_tx.send(channel_frame(ERROR, status.as_bytes())).await;
-    let _ = out_tx.send(frame(8, &1000u16.to_be_bytes())).await;
+    let mut messages = MessageReader {
+        inner: &mut rd,
+        partial: None,
+    };
+    let exit = run(&mut messages, id, req, out_tx.clone()).await;
+    // None: the client left; there is nobody to tell.
+    if let Some(exit) = exit {
+        let status = status(exit).to_string();
+        let _ = out_tx.send(channel_frame(ERROR, status.as_bytes())).await;
+        let _ = out_tx.send(frame(8, &1000u16.to_be_bytes())).await;
+    }
     drop(out_tx);
     let _ = writer.await;
 }
 
+/// How long output is still relayed after the process exited (a background child may keep the
+/// pipes open).
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The exit code (or why there is none); None when the client left first. Leaving closes the
+/// process's stdin and our ends of its output (a terminal hangs up), and stops waiting for it.
 async fn run<R: AsyncRead + Unpin>(
-    rd: &mut R,
+    rd: &mut MessageReader<R>,
     id: String,
     req: ExecRequest,
     out: mpsc::Sender<Vec<u8>>,
-) -> Result<i32, String> {
+) -> Option<Result<i32, String>> {
+    Some(match start(id, &req).await {
+        Ok(session) => return relay(rd, session, &req, out).await,
+        Err(e) => Err(e),
+    })
+}
+
+/// A started exec: its id and our ends of its stdio.
+struct Session {
+    exec_id: String,
+    stdin: OwnedFd,
+    outputs: Vec<(OwnedFd, u8)>,
+}
+
+async fn start(id: String, req: &ExecRequest) -> Result<Session, String> {
     let io_err = |e: std::io::Error| e.to_string();
     // Our ends: where stdin goes, what we read output from; the process's ends go to the runtime.
     let (stdin_ours, outputs, child): (OwnedFd, Vec<(OwnedFd, u8)>, [OwnedFd; 3]) = if req.tty {
@@ -262,30 +341,43 @@ async fn run<R: AsyncRead + Unpin>(
     })
     .await
     .map_err(|e| e.to_string())??;
-    let mut pumps = Vec::new();
-    for (fd, channel) in outputs {
-        let tx = out.clone();
-        pumps.push(tokio::task::spawn_blocking(move || pump_output(fd, channel, tx)));
-    }
+    Ok(Session {
+        exec_id,
+        stdin: stdin_ours,
+        outputs,
+    })
+}
+
+async fn relay<R: AsyncRead + Unpin>(
+    rd: &mut MessageReader<R>,
+    session: Session,
+    req: &ExecRequest,
+    out: mpsc::Sender<Vec<u8>>,
+) -> Option<Result<i32, String>> {
+    let Session {
+        exec_id,
+        stdin: stdin_ours,
+        outputs,
+    } = session;
+    let pumps: Vec<_> = outputs
+        .into_iter()
+        .map(|(fd, channel)| tokio::spawn(pump_output(fd, channel, out.clone())))
+        .collect();
     let waiter = tokio::task::spawn_blocking(move || {
         let mut client =
             runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
         client.wait_exec(&exec_id).map_err(|e| e.to_string())
     });
-    // Stdin is written by a thread (a process that does not read must not block us); dropping
-    // the sender closes the process's stdin.
     let tty = req.tty;
-    let resize_fd = if tty {
-        Some(stdin_ours.try_clone().map_err(io_err)?)
-    } else {
-        None
-    };
-    let mut stdin: Option<std::sync::mpsc::Sender<Vec<u8>>> = None;
+    let resize_fd = if tty { stdin_ours.try_clone().ok() } else { None };
+    // Stdin goes through a bounded channel to a writer thread: a process that does not read
+    // holds the client back instead of filling our memory. Dropping the sender closes stdin.
+    let mut stdin: Option<mpsc::Sender<Vec<u8>>> = None;
     if req.stdin || tty {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
         let mut file = std::fs::File::from(stdin_ours);
         std::thread::spawn(move || {
-            for chunk in rx {
+            while let Some(chunk) = rx.blocking_recv() {
                 if file.write_all(&chunk).is_err() {
                     return;
                 }
@@ -295,16 +387,15 @@ async fn run<R: AsyncRead + Unpin>(
     } else {
         drop(stdin_ours);
     }
-    // Client frames until the process exits: stdin, resizes, stream closes, pings.
     let mut waiter = std::pin::pin!(waiter);
     let code = loop {
         tokio::select! {
-            done = &mut waiter => break done.map_err(|e| e.to_string())?,
-            f = read_frame(rd) => match f {
-                Ok(Frame { opcode: 0..=2, payload }) => match payload.split_first() {
+            done = &mut waiter => break done.map_err(|e| e.to_string()).and_then(|r| r),
+            m = rd.next() => match m {
+                Ok((0..=2, payload)) => match payload.split_first() {
                     Some((&STDIN, data)) => {
                         if let Some(w) = stdin.as_ref() {
-                            let _ = w.send(data.to_vec());
+                            let _ = w.send(data.to_vec()).await;
                         }
                     }
                     Some((&RESIZE, data)) => {
@@ -316,23 +407,29 @@ async fn run<R: AsyncRead + Unpin>(
                     Some((&CLOSE, [STDIN])) if !tty => stdin = None,
                     _ => {}
                 },
-                Ok(Frame { opcode: 9, payload }) => {
+                Ok((9, payload)) => {
                     let _ = out.send(frame(10, &payload)).await;
                 }
-                Ok(Frame { opcode: 8, .. }) | Err(_) => {
-                    // The client left: nothing more to read; wait for the process.
-                    stdin = None;
-                    break (&mut waiter).await.map_err(|e| e.to_string())?;
+                Ok((8, _)) | Err(_) => {
+                    // The client left: close everything of ours; the process sees EOF, a broken
+                    // pipe or a hangup. Its exit is no longer awaited.
+                    for p in &pumps {
+                        p.abort();
+                    }
+                    return None;
                 }
                 Ok(_) => {}
             },
         }
     };
-    drop(stdin);
+    drop((stdin, resize_fd));
     for p in pumps {
-        let _ = p.await;
+        let abort = p.abort_handle();
+        if tokio::time::timeout(DRAIN, p).await.is_err() {
+            abort.abort();
+        }
     }
-    code
+    Some(code)
 }
 
 #[cfg(test)]
@@ -370,6 +467,25 @@ mod tests {
             wire.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
             let f = read_frame(&mut &wire[..]).await.expect("frame");
             assert_eq!((f.opcode, f.payload.as_slice()), (2, &payload[..]));
+            // A fragmented stdin message with a ping between its fragments.
+            let mut wire = vec![0x02, 3, STDIN, b'a', b'b'];
+            wire.extend([0x89, 1, b'p']);
+            wire.extend([0x80, 2, b'c', b'd']);
+            let mut m = MessageReader {
+                inner: &wire[..],
+                partial: None,
+            };
+            assert_eq!(m.next().await.expect("ping"), (9, b"p".to_vec()));
+            assert_eq!(
+                m.next().await.expect("message"),
+                (2, vec![STDIN, b'a', b'b', b'c', b'd'])
+            );
+            assert!(m.next().await.is_err(), "end of input");
+            let mut stray = MessageReader {
+                inner: &[0x80u8, 1, b'x'][..],
+                partial: None,
+            };
+            assert!(stray.next().await.is_err(), "a continuation without a message");
             // Server frames: 7-bit, 16-bit and 64-bit lengths.
             for n in [5usize, 300, 70_000] {
                 let data = vec![7u8; n];

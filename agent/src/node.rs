@@ -264,17 +264,13 @@ pub async fn register(
     {
         Ok(_) => Ok(()),
         Err(ClientError::Status { code: 409, .. }) => {
-            if let Some(e) = kubelet_endpoint {
-                let meta = json!({ "metadata": { "annotations": { KUBELET_ENDPOINT_ANNOTATION: e } } });
-                client
-                    .request(
-                        "PATCH",
-                        &format!("/api/v1/nodes/{name}"),
-                        "application/merge-patch+json",
-                        Some(&meta),
-                    )
-                    .await?;
-            }
+            // The endpoint annotation is set, or cleared (null) when no longer configured.
+            let annotations = json!({ KUBELET_ENDPOINT_ANNOTATION: kubelet_endpoint });
+            let meta = json!({ "metadata": { "annotations": annotations } });
+            let path = format!("/api/v1/nodes/{name}");
+            client
+                .request("PATCH", &path, "application/merge-patch+json", Some(&meta))
+                .await?;
             patch_status(client, name, json!({ "status": node["status"].clone() })).await
         }
         Err(e) => Err(e.into()),

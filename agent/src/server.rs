@@ -120,7 +120,7 @@ async fn handle(
         Ok(x) => x,
         Err(e) => return Ok(text(e.status(), e.to_string())),
     };
-    let data = read_from(file.clone(), 0).await.unwrap_or_default();
+    let (data, _) = read_from(file.clone(), 0).await.unwrap_or_default();
     // Only complete lines; a follower picks the rest up from `offset`.
     let offset = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     let initial = logs::render_all(
@@ -220,9 +220,13 @@ async fn follow(file: PathBuf, mut offset: u64, timestamps: bool, tx: mpsc::Send
         } else {
             true
         };
-        let Ok(more) = read_from(file.clone(), offset).await else {
+        let Ok((more, rotated)) = read_from(file.clone(), offset).await else {
             return;
         };
+        if rotated {
+            offset = 0;
+            pending.clear();
+        }
         offset += more.len() as u64;
         pending.extend_from_slice(&more);
         if let Some(end) = pending.iter().rposition(|b| *b == b'\n') {
@@ -242,14 +246,17 @@ async fn follow(file: PathBuf, mut offset: u64, timestamps: bool, tx: mpsc::Send
 }
 
 /// The content of `file` from `offset` on (blocking reads, off the async threads).
-async fn read_from(file: PathBuf, offset: u64) -> std::io::Result<Vec<u8>> {
+/// A file shorter than `offset` was rotated (the runtime renames a full log and starts a new
+/// one): then it is read from its start, and the bool is true.
+async fn read_from(file: PathBuf, offset: u64) -> std::io::Result<(Vec<u8>, bool)> {
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Seek};
         let mut f = std::fs::File::open(&file)?;
-        f.seek(std::io::SeekFrom::Start(offset))?;
+        let rotated = f.metadata()?.len() < offset;
+        f.seek(std::io::SeekFrom::Start(if rotated { 0 } else { offset }))?;
         let mut out = Vec::new();
         f.read_to_end(&mut out)?;
-        Ok(out)
+        Ok((out, rotated))
     })
     .await
     .map_err(std::io::Error::other)?

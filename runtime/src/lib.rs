@@ -14,7 +14,7 @@ pub mod probe;
 
 /// Terminals for exec sessions (`kubectl exec -t`).
 pub mod pty {
-    pub use crate::sys::{openpty, set_window_size};
+    pub use crate::sys::{openpty, set_nonblocking, set_window_size};
 }
 pub mod seccomp;
 pub mod server;

@@ -111,3 +111,14 @@ pub fn set_window_size(fd: std::os::fd::BorrowedFd<'_>, cols: u16, rows: u16) ->
         .map(|_| ())
         .map_err(io::Error::from)
 }
+
+/// Puts a descriptor in non-blocking mode (for async readers of pipes and terminals).
+pub fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::fd::AsRawFd;
+    let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags))
+        .map(drop)
+        .map_err(io::Error::from)
+}

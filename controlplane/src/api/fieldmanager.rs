@@ -162,11 +162,7 @@ fn collect_field(v: &Value, parent: Type, name: &str, path: &mut Path, out: &mut
                     }
                 }
                 ListKind::Map(keys) => {
-                    let Some(item_keys) = items
-                        .iter()
-                        .map(|it| item_key(it, keys))
-                        .collect::<Option<Vec<_>>>()
-                    else {
+                    let Some(item_keys) = list_keys(items, keys) else {
                         // Items without their keys: the list can only be owned as a whole.
                         out.insert(path.clone());
                         return;
@@ -206,22 +202,40 @@ fn collect_object(m: &Map<String, Value>, ty: Type, path: &mut Path, out: &mut F
     }
 }
 
-/// The canonical key object of a keyed-list item (None if a key field is missing).
-fn item_key(item: &Value, keys: &[&str]) -> Option<String> {
-    let mut m = Map::new();
-    let mut any = false;
-    for k in keys {
-        match item.get(*k) {
-            Some(v) if !v.is_null() => {
-                m.insert((*k).to_string(), v.clone());
-                any = true;
-            }
-            // Secondary keys may be defaulted later (a port's protocol): only the first is required.
-            _ if any => {}
-            _ => return None,
-        }
-    }
-    Some(Value::Object(m).to_string())
+/// The key objects of a keyed list's items (canonical JSON; None if an item lacks its first
+/// key). A list whose items differ in their first key is keyed by it alone: secondary keys such
+/// as a port's `protocol` are often defaulted by the server, and an applied configuration that
+/// leaves them out must still name the same items. Items that share a first key (53/TCP and
+/// 53/UDP) are keyed by every key they carry.
+fn list_keys(items: &[Value], keys: &[&str]) -> Option<Vec<String>> {
+    let first = keys.first()?;
+    let primary: Vec<String> = items
+        .iter()
+        .map(|it| it.get(*first).filter(|v| !v.is_null()).map(Value::to_string))
+        .collect::<Option<_>>()?;
+    let mut seen = std::collections::HashSet::new();
+    let unique = primary.iter().all(|p| seen.insert(p));
+    let used = if unique { &keys[..1] } else { keys };
+    Some(items.iter().map(|it| item_key(it, used)).collect())
+}
+
+/// The key object of one item over `keys` (the ones it has).
+fn item_key(item: &Value, keys: &[&str]) -> String {
+    let m: Map<String, Value> = keys
+        .iter()
+        .filter_map(|k| {
+            item.get(*k)
+                .filter(|v| !v.is_null())
+                .map(|v| ((*k).to_string(), v.clone()))
+        })
+        .collect();
+    Value::Object(m).to_string()
+}
+
+/// Whether `item` has every field of the key object `key` with the same value.
+fn has_key(item: &Value, key: &str) -> bool {
+    let keys: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+    !keys.is_empty() && keys.iter().all(|(k, v)| item.get(k) == Some(v))
 }
 
 /// The value at `path` in `obj`.
@@ -230,12 +244,7 @@ fn value_at<'a>(obj: &'a Value, path: &Path) -> Option<&'a Value> {
     for step in path {
         cur = match step {
             Step::Field(f) => cur.get(f)?,
-            Step::Key(k) => {
-                let keys: Map<String, Value> = serde_json::from_str(k).ok()?;
-                cur.as_array()?
-                    .iter()
-                    .find(|it| keys.iter().all(|(k, v)| it.get(k) == Some(v)))?
-            }
+            Step::Key(k) => cur.as_array()?.iter().find(|it| has_key(it, k))?,
             Step::Value(v) => {
                 let want: Value = serde_json::from_str(v).ok()?;
                 cur.as_array()?.iter().find(|it| **it == want)?
@@ -254,13 +263,9 @@ fn remove_at(obj: &mut Value, path: &Path) {
     for step in parent {
         let next = match step {
             Step::Field(f) => cur.get_mut(f),
-            Step::Key(k) => {
-                let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
-                cur.as_array_mut().and_then(|a| {
-                    a.iter_mut()
-                        .find(|it| keys.iter().all(|(k, v)| it.get(k) == Some(v)))
-                })
-            }
+            Step::Key(k) => cur
+                .as_array_mut()
+                .and_then(|a| a.iter_mut().find(|it| has_key(it, k))),
             Step::Value(v) => cur
                 .as_array_mut()
                 .and_then(|a| a.iter_mut().find(|it| it.to_string() == *v)),
@@ -275,9 +280,8 @@ fn remove_at(obj: &mut Value, path: &Path) {
             }
         }
         Step::Key(k) => {
-            let keys: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
             if let Some(a) = cur.as_array_mut() {
-                a.retain(|it| !keys.iter().all(|(k, v)| it.get(k) == Some(v)));
+                a.retain(|it| !has_key(it, k));
             }
         }
         Step::Value(v) => {
@@ -579,13 +583,12 @@ fn merge_applied(target: &mut Value, config: &Value, ty: Type, map_of: Option<Ty
                     *cur = Value::Array(Vec::new());
                 }
                 let Value::Array(list) = cur else { continue };
-                if items.iter().any(|it| item_key(it, keys).is_none()) {
+                let Some(item_keys) = list_keys(items, keys) else {
                     *list = items.clone();
                     continue;
-                }
-                for it in items {
-                    let key = item_key(it, keys);
-                    match list.iter_mut().find(|x| item_key(x, keys) == key) {
+                };
+                for (it, key) in items.iter().zip(item_keys) {
+                    match list.iter_mut().find(|x| has_key(x, &key)) {
                         Some(existing) => merge_applied(existing, it, child, None),
                         None => list.push(it.clone()),
                     }

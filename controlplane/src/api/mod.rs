@@ -422,7 +422,7 @@ impl Api {
             }
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| json_response(200, &v)),
             (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
-                self.pod_log(&t, &query).await
+                self.pod_log(&t, &query, caller).await
             }
             (Method::POST, false, None) => {
                 let obj = parse_object_body(&ct, &body)?;

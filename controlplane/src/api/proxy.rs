@@ -42,9 +42,15 @@ const LOG_PARAMS: &[&str] = &[
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Api {
-    pub(crate) async fn pod_log(&self, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
+    pub(crate) async fn pod_log(
+        &self,
+        t: &Target,
+        q: &Query,
+        caller: Option<&Caller>,
+    ) -> Result<Response<Body>, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        may_reach_agents(caller, "pods/log", &name, &ns)?;
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?;
         let (node, addr) = self.agent_of(&pod, &name).await?;
@@ -73,7 +79,13 @@ impl Api {
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let mut body = resp.into_body();
         tokio::spawn(async move {
-            while let Some(Ok(frame)) = body.frame().await {
+            loop {
+                // A client that leaves ends the agent request too (a quiet `logs -f` included).
+                let frame = tokio::select! {
+                    f = body.frame() => f,
+                    _ = tx.closed() => return,
+                };
+                let Some(Ok(frame)) = frame else { return };
                 if let Ok(data) = frame.into_data()
                     && tx.send(data).await.is_err()
                 {
@@ -162,6 +174,7 @@ impl Api {
         let q = Query::parse(req.uri().query());
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        may_reach_agents(caller, "pods/exec", &name, &ns)?;
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?.to_string();
         let (node, addr) = self.agent_of(&pod, &name).await?;
@@ -230,6 +243,31 @@ impl Api {
         });
         Ok(out)
     }
+}
+
+/// Logs and exec run with the API server's `system:masters` client certificate on the node, so
+/// nodes and bootstrapping callers may not ask for them (there is no RBAC yet; this is the part of
+/// it that keeps a node or a bootstrap token from reaching every other workload).
+fn may_reach_agents(caller: Option<&Caller>, resource: &str, name: &str, ns: &str) -> Result<(), ApiError> {
+    let Some(c) = caller else {
+        return Err(ApiError::unauthorized());
+    };
+    if c.groups
+        .iter()
+        .any(|g| g == "system:nodes" || g == "system:bootstrappers")
+    {
+        let verb = if resource == "pods/log" { "get" } else { "create" };
+        return Err(ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!(
+                "pods \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
+                c.user
+            ),
+            details: Some(serde_json::json!({"name": name, "kind": "pods"})),
+        });
+    }
+    Ok(())
 }
 
 /// The container to read: named, or the pod's only one.
@@ -384,6 +422,36 @@ mod tests {
         );
         let one = json!({"spec": {"containers": [{"name": "only"}]}});
         assert_eq!(pick_container(&one, "p", None).ok(), Some("only"));
+    }
+
+    #[test]
+    fn nodes_and_bootstrappers_may_not_reach_agents() {
+        let who = |user: &str, group: &str| Caller {
+            user: user.into(),
+            groups: vec![group.into()],
+        };
+        let node = who("system:node:n1", "system:nodes");
+        let err = may_reach_agents(Some(&node), "pods/exec", "web", "default").expect_err("refused");
+        assert_eq!((err.code, err.reason), (403, "Forbidden"));
+        assert_eq!(
+            err.message,
+            "pods \"web\" is forbidden: User \"system:node:n1\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
+        );
+        let boot = who("system:bootstrap:abcdef", "system:bootstrappers");
+        assert!(may_reach_agents(Some(&boot), "pods/log", "web", "default").is_err());
+        assert!(
+            may_reach_agents(
+                Some(&who("admin", "system:masters")),
+                "pods/log",
+                "web",
+                "default"
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            may_reach_agents(None, "pods/log", "web", "default").map_err(|e| e.code),
+            Err(401)
+        );
     }
 
     #[test]

@@ -531,10 +531,14 @@ impl Api {
         let has_status_sub = res.has_subresource("status");
         match t.sub.as_deref() {
             Some("status") => {
-                // Only status changes through /status.
+                // Only status changes through /status (and, after an apply, the field owners).
                 let status = new["status"].clone();
+                let owners = new["metadata"].get("managedFields").cloned();
                 new = old.clone();
                 new["status"] = status;
+                if let (Fields::Recorded, Some(mf)) = (fields, owners) {
+                    new["metadata"]["managedFields"] = mf;
+                }
             }
             _ if has_status_sub => new["status"] = old["status"].clone(),
             _ => {}

@@ -218,3 +218,37 @@ fn updates_take_changed_fields_from_others() {
     record_update(deploy(), Some(&scaled), &mut cleared, writer("x"));
     assert!(cleared["metadata"].get("managedFields").is_none());
 }
+
+/// A secondary list key the server defaults (a Service port's protocol) does not make a second
+/// item on the next apply, and a change to that item's fields conflicts with its Update owner.
+#[test]
+fn defaulted_secondary_keys_name_the_same_item() {
+    let svc = Type::of_kind("v1", "Service");
+    let w = |m| Writer {
+        api_version: "v1".into(),
+        ..writer(m)
+    };
+    let cfg = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"ports": [{"port": 80, "targetPort": 8080}]}});
+    let mut live = apply(svc, &Value::Null, &cfg, false, w("alice")).expect("apply");
+    live["spec"]["ports"][0]["protocol"] = json!("TCP"); // what admission defaults
+    let again = apply(svc, &live, &cfg, false, w("alice")).expect("re-apply");
+    assert_eq!(
+        again["spec"]["ports"],
+        json!([{"port": 80, "protocol": "TCP", "targetPort": 8080}])
+    );
+    let mut edited = again.clone();
+    edited["spec"]["ports"][0]["targetPort"] = json!(9090);
+    record_update(svc, Some(&again), &mut edited, w("kubectl-edit"));
+    let err = apply(svc, &edited, &cfg, false, w("alice")).expect_err("conflict");
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: .spec.ports[port=80].targetPort"
+    );
+    // Two items with one port number are told apart by the protocol.
+    let dns = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
+        "spec": {"ports": [{"port": 53, "protocol": "UDP", "name": "dns"}, {"port": 53, "protocol": "TCP", "name": "dns-tcp"}]}});
+    let d = apply(svc, &Value::Null, &dns, false, w("alice")).expect("apply");
+    let d2 = apply(svc, &d, &dns, false, w("alice")).expect("re-apply");
+    assert_eq!(d2["spec"]["ports"].as_array().map(Vec::len), Some(2));
+}

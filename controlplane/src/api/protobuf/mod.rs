@@ -74,6 +74,10 @@ const ZERO_IS_A_VALUE: &[&str] = &[
     "shareProcessNamespace",
     "setHostnameAsFQDN",
     "unschedulable",
+    // intstr pointers: `maxUnavailable: 0`, `kubectl create pdb --min-available=0`.
+    "maxSurge",
+    "maxUnavailable",
+    "minAvailable",
 ];
 
 /// Messages with a JSON form of their own.
