@@ -1,5 +1,5 @@
 //! Deletion: preconditions, finalizers, propagation policies (cascading garbage collection of
-//! dependents, synchronously within the request), namespace deletion, collections, eviction.
+//! dependents, synchronously within the request), namespace deletion, collections.
 
 use std::time::SystemTime;
 
@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::object;
 use super::registry::{self, RESOURCES, Resource};
-use super::status::{self, ApiError};
+use super::status::ApiError;
 use super::verbs::{decode, encode, name_of, store_err};
 use super::{Api, Query, Target, Want};
 use crate::storage::{StoreError, Write};
@@ -240,12 +240,6 @@ impl Api {
             }
         }
         Ok(list)
-    }
-
-    /// POST pods/<name>/eviction: deletes the pod (disruption budgets are not checked yet).
-    pub(crate) async fn evict(&self, t: &Target) -> Result<Value, ApiError> {
-        self.delete(t, &Value::Null, &Query::default()).await?;
-        Ok(status::success(201))
     }
 }
 

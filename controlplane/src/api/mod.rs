@@ -7,6 +7,7 @@ mod admission;
 mod defaults;
 mod delete;
 pub mod discovery;
+mod eviction;
 pub mod fieldmanager;
 pub mod object;
 pub mod openapi;

@@ -848,3 +848,59 @@ async fn create_resets_status_except_for_nodes() {
     let (code, s) = f.post("/api/v1/namespaces/default/services", svc).await;
     assert_eq!((code, &s["status"]), (201, &json!({"loadBalancer": {}})));
 }
+
+/// Eviction honours a PodDisruptionBudget: with minAvailable 2 of 3 ready pods one eviction
+/// passes and the next gets the 429 kubectl drain retries on; Pending pods always go.
+#[tokio::test]
+async fn eviction_respects_disruption_budgets() {
+    let f = fixture().await;
+    for n in ["a", "b", "c"] {
+        let mut p = pod(n);
+        p["metadata"]["labels"] = json!({"app": "web"});
+        f.post(PODS, p).await;
+        let (_, mut cur) = f.get(&format!("{PODS}/{n}")).await;
+        cur["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        let (code, _) = f
+            .call(
+                Method::PUT,
+                &format!("{PODS}/{n}/status"),
+                "application/json",
+                &cur.to_string(),
+            )
+            .await;
+        assert_eq!(code, 200);
+    }
+    f.post("/api/v1/namespaces/default/pods", pod("loner")).await;
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}});
+    assert_eq!(
+        f.post("/apis/policy/v1/namespaces/default/poddisruptionbudgets", pdb)
+            .await
+            .0,
+        201
+    );
+    let evict = |n: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": n, "namespace": "default"}});
+    let (code, _) = f.post(&format!("{PODS}/a/eviction"), evict("a")).await;
+    assert_eq!(code, 201);
+    let (code, st) = f.post(&format!("{PODS}/b/eviction"), evict("b")).await;
+    assert_eq!((code, st["reason"].as_str()), (429, Some("TooManyRequests")));
+    assert_eq!(
+        st["message"],
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
+    assert_eq!(
+        st["details"]["causes"][0]["message"],
+        "The disruption budget web needs 2 healthy pods and has 2 currently"
+    );
+    assert_eq!(f.get(&format!("{PODS}/b")).await.0, 200, "b was not deleted");
+    let (_, budget) = f
+        .get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/web")
+        .await;
+    assert_eq!(budget["status"]["disruptionsAllowed"], 0);
+    assert!(budget["status"]["disruptedPods"]["a"].is_string());
+    // Pods the budget does not cover, and Pending pods, are not held back.
+    assert_eq!(
+        f.post(&format!("{PODS}/loner/eviction"), evict("loner")).await.0,
+        201
+    );
+}
