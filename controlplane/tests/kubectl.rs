@@ -634,6 +634,47 @@ fn logs_and_exec_need_a_node() {
     );
 }
 
+/// `kubectl drain` evicts through pods/eviction; a PodDisruptionBudget (created with
+/// `kubectl create pdb`, a protobuf body) that allows no disruption holds it back with the 429
+/// kubectl retries on.
+#[test]
+fn drain_is_held_back_by_a_disruption_budget() {
+    let s = start();
+    let node = r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}}"#;
+    s.apply(&["create", "-f", "-"], node);
+    for n in ["a", "b"] {
+        let pod = POD
+            .replace("name: solo", &format!("name: {n}"))
+            .replace("app: solo", "app: web")
+            .replace("spec:\n", "spec:\n  nodeName: n1\n");
+        s.apply(&["create", "-f", "-"], &pod);
+        s.ok(&[
+            "patch",
+            "pod",
+            n,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ]);
+    }
+    s.ok(&["create", "pdb", "web", "--selector=app=web", "--min-available=2"]);
+    let (ok, out, err) = s.kubectl(&["drain", "n1", "--force", "--timeout=7s"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("node/n1 cordoned"), "{out}");
+    assert!(
+        err.contains(
+            "(will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget."
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        s.ok(&["get", "pods", "-o", "name"]).lines().count(),
+        2,
+        "nothing was evicted"
+    );
+}
+
 #[test]
 fn delete_cascade_modes() {
     let s = start();
