@@ -541,6 +541,21 @@ fn create_generators_send_protobuf() {
         "*/5 * * * * busybox:1.36"
     );
     created(&["create", "serviceaccount", "robot"]);
+    created(&["create", "quota", "q", "--hard=pods=10,cpu=2"]);
+    assert_eq!(
+        s.ok(&[&n[..], &["get", "quota", "q", "-o", "jsonpath={.spec.hard}"][..]].concat()),
+        r#"{"cpu":"2","pods":"10"}"#
+    );
+    created(&["create", "pdb", "zero", "--selector=app=x", "--max-unavailable=0"]);
+    assert_eq!(
+        s.ok(&[
+            &n[..],
+            &["get", "pdb", "zero", "-o", "jsonpath={.spec.maxUnavailable}"][..]
+        ]
+        .concat()),
+        "0",
+        "an intstr zero survives the protobuf body"
+    );
     // A server-side dry run decodes the body and persists nothing.
     assert!(
         created(&[

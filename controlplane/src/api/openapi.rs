@@ -71,6 +71,8 @@ kinds! {
     "" "v1" "Event" => k8s_openapi::api::core::v1::Event,
     "" "v1" "PersistentVolumeClaim" => k8s_openapi::api::core::v1::PersistentVolumeClaim,
     "" "v1" "PersistentVolume" => k8s_openapi::api::core::v1::PersistentVolume,
+    "" "v1" "ResourceQuota" => k8s_openapi::api::core::v1::ResourceQuota,
+    "" "v1" "LimitRange" => k8s_openapi::api::core::v1::LimitRange,
     "apps" "v1" "Deployment" => k8s_openapi::api::apps::v1::Deployment,
     "apps" "v1" "ReplicaSet" => k8s_openapi::api::apps::v1::ReplicaSet,
     "apps" "v1" "StatefulSet" => k8s_openapi::api::apps::v1::StatefulSet,

@@ -251,6 +251,28 @@ pub static RESOURCES: &[Resource] = &[
     res!(
         "",
         "v1",
+        "resourcequotas",
+        "resourcequota",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        NONE,
+        &[status("", "v1", "ResourceQuota")]
+    ),
+    res!(
+        "",
+        "v1",
+        "limitranges",
+        "limitrange",
+        "LimitRange",
+        true,
+        &["limits"],
+        NONE,
+        &[]
+    ),
+    res!(
+        "",
+        "v1",
         "persistentvolumes",
         "persistentvolume",
         "PersistentVolume",
