@@ -39,6 +39,8 @@ pub struct Pki {
     /// Node bootstrap token (`<id>.<secret>`): lets a node submit its client CSR.
     pub bootstrap_token: String,
     ca_key_pem: String,
+    /// PKCS#8 of the ECDSA P-256 key that signs service-account tokens (`sa.key`).
+    sa_key_pkcs8: Vec<u8>,
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
@@ -77,6 +79,36 @@ const FILES: [&str; 8] = [
     "bootstrap.token",
 ];
 
+/// The service-account signing key at `path`, created on first use (also in a PKI from before
+/// service-account tokens existed).
+fn service_account_key(path: &Path) -> Result<Vec<u8>, PkiError> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if path.exists() {
+        let text = read(path)?;
+        let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+        return b64.decode(body.trim()).map_err(|e| PkiError::Io {
+            path: path.into(),
+            source: std::io::Error::other(e.to_string()),
+        });
+    }
+    let rng = ring::rand::SystemRandom::new();
+    let doc = ring::signature::EcdsaKeyPair::generate_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &rng,
+    )
+    .map_err(|_| PkiError::Io {
+        path: path.into(),
+        source: std::io::Error::other("generating the key"),
+    })?;
+    let pem = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        b64.encode(doc.as_ref())
+    );
+    write_private(path, &pem)?;
+    Ok(doc.as_ref().to_vec())
+}
+
 /// The signer of kubelet client certificates (what a joining node asks for).
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
@@ -97,8 +129,10 @@ impl Pki {
             path: dir.into(),
             source,
         })?;
+        let sa_key_pkcs8 = service_account_key(&dir.join("sa.key"))?;
         if FILES.iter().all(|f| dir.join(f).exists()) {
             return Ok(Self {
+                sa_key_pkcs8,
                 ca_pem: read(&dir.join("ca.crt"))?,
                 server_cert_pem: read(&dir.join("server.crt"))?,
                 server_key_pem: read(&dir.join("server.key"))?,
@@ -153,6 +187,7 @@ impl Pki {
             admin_token: token,
             bootstrap_token,
             ca_key_pem: ca_key.serialize_pem(),
+            sa_key_pkcs8,
         };
         write_private(&dir.join("ca.key"), &pki.ca_key_pem)?;
         write_private(&dir.join("bootstrap.token"), &pki.bootstrap_token)?;
@@ -231,6 +266,77 @@ impl Pki {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
+    /// A compact JWS (ES256) of `claims`, signed with the service-account key.
+    pub fn sign_jwt(&self, claims: &serde_json::Value) -> Result<String, String> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &self.sa_key_pkcs8,
+            &rng,
+        )
+        .map_err(|e| e.to_string())?;
+        let header = serde_json::json!({"alg": "ES256", "typ": "JWT", "kid": self.sa_key_id()});
+        let input = format!(
+            "{}.{}",
+            b64.encode(header.to_string()),
+            b64.encode(claims.to_string())
+        );
+        let sig = key.sign(&rng, input.as_bytes()).map_err(|e| e.to_string())?;
+        Ok(format!("{input}.{}", b64.encode(sig.as_ref())))
+    }
+
+    /// The claims of a JWS this PKI signed (None: malformed, another algorithm or a bad signature).
+    pub fn verify_jwt(&self, token: &str) -> Option<serde_json::Value> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let mut parts = token.split('.');
+        let (h, c, s) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let header: serde_json::Value = serde_json::from_slice(&b64.decode(h).ok()?).ok()?;
+        if header["alg"] != "ES256" {
+            return None;
+        }
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &self.sa_key_pkcs8,
+            &rng,
+        )
+        .ok()?;
+        use ring::signature::KeyPair as _;
+        let public = ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_FIXED,
+            key.public_key().as_ref(),
+        );
+        public
+            .verify(format!("{h}.{c}").as_bytes(), &b64.decode(s).ok()?)
+            .ok()?;
+        serde_json::from_slice(&b64.decode(c).ok()?).ok()
+    }
+
+    /// A short id of the service-account key (the JWS `kid`): from its public half.
+    fn sa_key_id(&self) -> String {
+        use ring::signature::KeyPair as _;
+        use sha2::Digest;
+        let rng = ring::rand::SystemRandom::new();
+        ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &self.sa_key_pkcs8,
+            &rng,
+        )
+        .map(|k| {
+            sha2::Sha256::digest(k.public_key().as_ref())[..8]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
     /// Writes `admin.kubeconfig` (client certificate) for `server` into `dir`.
     pub fn write_kubeconfig(&self, dir: &Path, server: SocketAddr) -> Result<PathBuf, PkiError> {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -255,6 +361,34 @@ impl Pki {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_account_tokens_verify_and_survive_reload() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = Pki::load_or_create(dir.path(), &["localhost".into()]).expect("pki");
+        let claims = serde_json::json!({"sub": "system:serviceaccount:default:x", "exp": 1});
+        let token = pki.sign_jwt(&claims).expect("sign");
+        assert_eq!(pki.verify_jwt(&token), Some(claims.clone()));
+        let again = Pki::load_or_create(dir.path(), &["localhost".into()]).expect("reload");
+        assert_eq!(again.verify_jwt(&token), Some(claims), "the key is kept on disk");
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let other = again
+            .sign_jwt(&serde_json::json!({"sub": "system:serviceaccount:kube-system:admin"}))
+            .expect("sign");
+        parts[1] = other.split('.').nth(1).expect("claims");
+        assert_eq!(
+            again.verify_jwt(&parts.join(".")),
+            None,
+            "claims swapped under a signature"
+        );
+        assert_eq!(again.verify_jwt("a.b"), None);
+        let none = format!(
+            "{}.{}.",
+            "eyJhbGciOiJub25lIn0",
+            token.split('.').nth(1).expect("claims")
+        );
+        assert_eq!(again.verify_jwt(&none), None, "alg none");
+    }
 
     fn csr(cn: &str, org: &str) -> String {
         let key = KeyPair::generate().expect("key");

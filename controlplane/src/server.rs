@@ -107,12 +107,18 @@ pub async fn serve(
                 let tokens = tokens.clone();
                 let cert_caller = cert_caller.clone();
                 async move {
-                    let bearer = req
+                    let presented = req
                         .headers()
                         .get(hyper::header::AUTHORIZATION)
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.strip_prefix("Bearer "))
-                        .and_then(|t| tokens.get(t.trim()).cloned());
+                        .map(|t| t.trim().to_string());
+                    let bearer = presented.as_ref().and_then(|t| tokens.get(t).cloned());
+                    // Not a static token: perhaps a service-account token.
+                    let bearer = match (bearer, presented) {
+                        (None, Some(t)) if t.matches('.').count() == 2 => api.authenticate_token(&t).await,
+                        (b, _) => b,
+                    };
                     let caller = cert_caller.or(bearer);
                     // Streaming upgrades (exec) keep the raw request; everything else is read whole.
                     if req.headers().contains_key(hyper::header::UPGRADE) {

@@ -690,6 +690,63 @@ fn drain_is_held_back_by_a_disruption_budget() {
     );
 }
 
+/// `kubectl create token` issues a service-account token that authenticates its bearer; a
+/// tampered token, or one whose ServiceAccount is gone, does not.
+#[test]
+fn service_account_tokens() {
+    let s = start();
+    s.ok(&["create", "serviceaccount", "robot"]);
+    let token = s.ok(&["create", "token", "robot"]).trim().to_string();
+    assert_eq!(token.matches('.').count(), 2, "a JWT: {token}");
+    let admin = std::fs::read_to_string(s.kubeconfig()).expect("kubeconfig");
+    let field = |k: &str| {
+        admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(k))
+            .map(str::trim)
+            .expect("field")
+            .to_string()
+    };
+    let (server, ca) = (field("server:"), field("certificate-authority-data:"));
+    let as_token = |t: &str| {
+        let cfg = s.path().join("token.kubeconfig");
+        std::fs::write(
+            &cfg,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n    token: {t}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
+            ),
+        )
+        .expect("write kubeconfig");
+        let out = Command::new("kubectl")
+            .env("KUBECONFIG", &cfg)
+            .args(["get", "namespaces", "-o", "name"])
+            .output()
+            .expect("kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = as_token(&token);
+    assert!(ok, "the token authenticates: {err}");
+    let mut forged = token.clone();
+    let last = forged.pop().expect("char");
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let (ok, err) = as_token(&forged);
+    assert!(!ok && err.contains("Unauthorized"), "{err}");
+    let (ok, _, err) = s.kubectl(&["create", "token", "robot", "--duration=5m"]);
+    assert!(
+        !ok && err.contains("may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+    s.ok(&["delete", "serviceaccount", "robot"]);
+    let (ok, err) = as_token(&token);
+    assert!(
+        !ok && err.contains("Unauthorized"),
+        "a deleted account's token: {err}"
+    );
+}
+
 #[test]
 fn delete_cascade_modes() {
     let s = start();

@@ -40,6 +40,13 @@ SERVED = {
     "storage.k8s.io/v1",
 }
 
+# Request bodies of subresources: (apiVersion, kind, message).
+EXTRA_KINDS = [
+    ("authentication.k8s.io/v1", "TokenRequest", "k8s.io.api.authentication.v1.TokenRequest"),
+    ("policy/v1", "Eviction", "k8s.io.api.policy.v1.Eviction"),
+    ("v1", "Binding", "k8s.io.api.core.v1.Binding"),
+]
+
 # Messages with a JSON form of their own (see protobuf/mod.rs); their fields are not walked.
 SPECIAL = {
     "k8s.io.apimachinery.pkg.apis.meta.v1.Time": "Time",
@@ -193,7 +200,12 @@ def main():
     pb_root, openapi_root = sys.argv[1], sys.argv[2]
     per_struct, global_names = read_openapi_names(openapi_root)
     messages, kinds = parse_pb(pb_root)
-    top = sorted((a, k, msg) for a, k, msg in kinds if a in SERVED)
+    top = [(a, k, msg) for a, k, msg in kinds if a in SERVED]
+    # Subresource bodies without a Resource impl in k8s-pb.
+    for extra in EXTRA_KINDS:
+        if extra not in top:
+            top.append(extra)
+    top = sorted(set(top))
 
     # Messages reachable from the served kinds (plus metav1 types the server decodes directly).
     wanted, queue = set(), [m for _, _, m in top]

@@ -17,6 +17,7 @@ mod proxy;
 pub mod registry;
 pub mod status;
 pub mod table;
+mod tokens;
 pub mod types;
 mod verbs;
 mod watch;
@@ -429,6 +430,12 @@ impl Api {
                 let obj = parse_object_body(&ct, &body)?;
                 let (code, v) = self.create(&t, obj, &query, caller).await?;
                 Ok(json_response(code, &v))
+            }
+            (Method::POST, true, Some("token"))
+                if t.res.plural == "serviceaccounts" && t.res.group.is_empty() =>
+            {
+                let body = parse_object_body(&ct, &body)?;
+                self.token_request(&t, body).await.map(|v| json_response(201, &v))
             }
             (Method::POST, true, Some("eviction")) => self.evict(&t).await.map(|v| json_response(201, &v)),
             (Method::POST, true, Some("binding")) => {

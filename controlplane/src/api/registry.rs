@@ -234,7 +234,13 @@ pub static RESOURCES: &[Resource] = &[
         true,
         &["sa"],
         NONE,
-        &[]
+        &[Subresource {
+            name: "token",
+            group: "authentication.k8s.io",
+            version: "v1",
+            kind: "TokenRequest",
+            verbs: &["create"]
+        }]
     ),
     res!("", "v1", "events", "event", "Event", true, &["ev"], NONE, &[]),
     res!(

@@ -1,0 +1,108 @@
+//! Service-account tokens: `serviceaccounts/<name>/token` (TokenRequest, what `kubectl create
+//! token` posts) issues an ES256 JWT signed with the cluster's service-account key, and such a
+//! token authenticates its bearer as `system:serviceaccount:<namespace>:<name>` (groups
+//! `system:serviceaccounts`, `system:serviceaccounts:<namespace>`, `system:authenticated`) while
+//! it is unexpired, carries the API audience and its ServiceAccount still exists with the same uid.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::status::ApiError;
+use super::{Api, Caller, Target};
+
+/// Issuer and default audience of the tokens.
+pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Default and minimum lifetime (upstream: one hour; at least ten minutes).
+const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+const MIN_EXPIRATION_SECONDS: i64 = 600;
+/// Longest lifetime handed out (upstream caps it by `--service-account-max-token-expiration`).
+const MAX_EXPIRATION_SECONDS: i64 = 48 * 3600;
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Api {
+    /// POST serviceaccounts/<name>/token.
+    pub(crate) async fn token_request(&self, t: &Target, body: Value) -> Result<Value, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        let (sa, _) = self.read_object(t.res, Some(&ns), &name).await?;
+        let pki = self
+            .pki
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("no service-account signing key"))?;
+        let spec = &body["spec"];
+        let expiration = match spec["expirationSeconds"].as_i64() {
+            None => DEFAULT_EXPIRATION_SECONDS,
+            Some(s) if s < MIN_EXPIRATION_SECONDS => {
+                return Err(ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!(
+                        "TokenRequest.authentication.k8s.io \"{name}\" is invalid: spec.expirationSeconds: Invalid value: {s}: may not specify a duration less than 10 minutes"
+                    ),
+                    details: None,
+                });
+            }
+            Some(s) => s.min(MAX_EXPIRATION_SECONDS),
+        };
+        let audiences: Vec<Value> = match spec["audiences"].as_array() {
+            Some(a) if !a.is_empty() => a.clone(),
+            _ => vec![json!(ISSUER)],
+        };
+        let now = now_secs();
+        let claims = json!({
+            "iss": ISSUER,
+            "sub": format!("system:serviceaccount:{ns}:{name}"),
+            "aud": audiences,
+            "iat": now, "nbf": now, "exp": now + expiration,
+            "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}},
+        });
+        let token = pki.sign_jwt(&claims).map_err(ApiError::internal)?;
+        let expires = UNIX_EPOCH + Duration::from_secs(u64::try_from(now + expiration).unwrap_or(0));
+        Ok(json!({
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+            "spec": {"audiences": audiences, "expirationSeconds": expiration, "boundObjectRef": null},
+            "status": {"token": token, "expirationTimestamp": kcore::time::rfc3339(expires)},
+        }))
+    }
+
+    /// The caller a service-account token stands for (None: not one of ours, expired, wrong
+    /// audience, or its ServiceAccount is gone or was recreated).
+    pub async fn authenticate_token(&self, token: &str) -> Option<Caller> {
+        let claims = self.pki.as_ref()?.verify_jwt(token)?;
+        let now = now_secs();
+        let fresh = claims["exp"].as_i64().is_some_and(|e| now < e)
+            && claims["nbf"].as_i64().is_none_or(|n| n <= now + 60);
+        let audience = claims["aud"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == ISSUER))
+            || claims["aud"] == ISSUER;
+        if !fresh || !audience || claims["iss"] != ISSUER {
+            return None;
+        }
+        let sub = claims["sub"].as_str()?;
+        let rest = sub.strip_prefix("system:serviceaccount:")?;
+        let (ns, name) = rest.split_once(':')?;
+        let res = super::registry::find("", "v1", "serviceaccounts")?;
+        let (sa, _) = self.read_object(res, Some(ns), name).await.ok()?;
+        if sa["metadata"]["uid"] != claims["kubernetes.io"]["serviceaccount"]["uid"] {
+            return None;
+        }
+        Some(Caller {
+            user: sub.to_string(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{ns}"),
+                "system:authenticated".into(),
+            ],
+        })
+    }
+}
