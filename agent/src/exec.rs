@@ -45,31 +45,6 @@ pub struct ExecRequest {
     pub tty: bool,
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl ExecRequest {
     /// Parses the query (`command` repeated, `stdin`/`stdout`/`stderr`/`tty` flags).
     pub fn parse(query: Option<&str>) -> Result<Self, String> {
@@ -78,7 +53,7 @@ impl ExecRequest {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let flag = matches!(v, "true" | "1");
             match k {
-                "command" => r.command.push(percent_decode(v)),
+                "command" => r.command.push(kcore::url::percent_decode(v)),
                 "stdin" => r.stdin = flag,
                 "stdout" => r.stdout = flag,
                 "stderr" => r.stderr = flag,

@@ -23,6 +23,11 @@ fn since_epoch(t: SystemTime) -> (i64, u32) {
         .unwrap_or((0, 0))
 }
 
+/// Whole seconds since the Unix epoch (0 before it).
+pub fn unix_seconds(t: SystemTime) -> i64 {
+    since_epoch(t).0
+}
+
 /// `2026-11-29T13:40:00Z`.
 pub fn rfc3339(t: SystemTime) -> String {
     let (y, m, d, rem) = civil(since_epoch(t).0);

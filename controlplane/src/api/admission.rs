@@ -136,9 +136,6 @@ impl Api {
                     obj["spec"]["replicas"] = json!(1);
                 }
                 if res.plural == "deployments" {
-                    if obj["spec"].get("revisionHistoryLimit").is_none() {
-                        obj["spec"]["revisionHistoryLimit"] = json!(10);
-                    }
                     if obj["spec"].get("progressDeadlineSeconds").is_none() {
                         obj["spec"]["progressDeadlineSeconds"] = json!(600);
                     }

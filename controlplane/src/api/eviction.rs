@@ -162,7 +162,7 @@ impl Api {
             .filter(|p| labels_match(&reqs, Some(&p["metadata"]["labels"])))
             .collect();
         let now_t = SystemTime::now();
-        let now = kcore::time::parse_rfc3339(&kcore::time::rfc3339(now_t)).unwrap_or(0);
+        let now = kcore::time::unix_seconds(now_t);
         let b = budget(&pdb, &covered, now);
         let pdb_name = pdb["metadata"]["name"].as_str().unwrap_or_default().to_string();
         if !is_ready(pod) {

@@ -99,7 +99,7 @@ impl Query {
         let mut out = Vec::new();
         for pair in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            out.push((percent_decode(k), percent_decode(v)));
+            out.push((kcore::url::percent_decode(k), kcore::url::percent_decode(v)));
         }
         Self(out)
     }
@@ -134,30 +134,6 @@ impl Query {
                 .push(("fieldManager".into(), manager.chars().take(128).collect()));
         }
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'+' {
-            out.push(b' ');
-            i += 1;
-            continue;
-        }
-        if b[i] == b'%' {
-            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A whole-buffer response body.

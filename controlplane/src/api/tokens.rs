@@ -20,13 +20,6 @@ const MIN_EXPIRATION_SECONDS: i64 = 600;
 /// Longest lifetime handed out (upstream caps it by `--service-account-max-token-expiration`).
 const MAX_EXPIRATION_SECONDS: i64 = 48 * 3600;
 
-fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 impl Api {
     /// POST serviceaccounts/<name>/token.
     pub(crate) async fn token_request(&self, t: &Target, body: Value) -> Result<Value, ApiError> {
@@ -56,7 +49,7 @@ impl Api {
             Some(a) if !a.is_empty() => a.clone(),
             _ => vec![json!(ISSUER)],
         };
-        let now = now_secs();
+        let now = kcore::time::unix_seconds(SystemTime::now());
         let claims = json!({
             "iss": ISSUER,
             "sub": format!("system:serviceaccount:{ns}:{name}"),
@@ -78,7 +71,7 @@ impl Api {
     /// audience, or its ServiceAccount is gone or was recreated).
     pub async fn authenticate_token(&self, token: &str) -> Option<Caller> {
         let claims = self.pki.as_ref()?.verify_jwt(token)?;
-        let now = now_secs();
+        let now = kcore::time::unix_seconds(SystemTime::now());
         let fresh = claims["exp"].as_i64().is_some_and(|e| now < e)
             && claims["nbf"].as_i64().is_none_or(|n| n <= now + 60);
         let audience = claims["aud"]
