@@ -4,7 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod client;
 pub mod exec;
 pub mod logs;
 pub mod node;
@@ -57,7 +56,7 @@ pub enum AgentError {
     #[error("cannot create the serving certificate: {0}")]
     Certificate(String),
     #[error("TLS configuration: {0}")]
-    Tls(#[from] rustls::Error),
+    Tls(#[from] transport::tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,

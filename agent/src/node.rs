@@ -9,7 +9,19 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::client::{ApiClient, ClientError, Credentials};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams, PostParams};
+use transport::kubeapi::{Credentials, KubeClientError};
+
+/// The agent's User-Agent: the API server names the agent's field manager after its product
+/// token, `kubelet`, as for upstream's kubelet.
+pub const USER_AGENT: &str = concat!(
+    "kubelet/v1.32.0-nodeos.",
+    env!("CARGO_PKG_VERSION"),
+    " nodeos-agent"
+);
 
 /// Lease renewal period (the kubelet's default).
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);
@@ -46,8 +58,16 @@ pub struct ControlPlane {
 /// Errors joining the cluster.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
+    #[error("API client: {0}")]
+    Client(#[from] KubeClientError),
     #[error("{0}")]
-    Client(#[from] ClientError),
+    Api(#[from] kube::Error),
+    #[error("building the {kind} object: {source}")]
+    Object {
+        kind: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("creating the node key or CSR: {0}")]
     Csr(String),
     #[error("the control plane did not issue a certificate: {0}")]
@@ -98,10 +118,11 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
         .map_err(csr_err)?
         .pem()
         .map_err(csr_err)?;
-    let client = ApiClient::new(
+    let client = transport::kubeapi::client(
         &cp.server,
         &cp.ca_pem,
         Credentials::Bearer(cp.bootstrap_token.clone()),
+        USER_AGENT,
     )?;
     let csr = json!({
         "apiVersion": "certificates.k8s.io/v1",
@@ -113,11 +134,14 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
             "usages": ["digital signature", "client auth"],
         },
     });
-    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-    let mut obj = client
-        .request("POST", path, "application/json", Some(&csr))
-        .await?;
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+    let csr = serde_json::from_value(csr).map_err(|source| JoinError::Object {
+        kind: "CertificateSigningRequest",
+        source,
+    })?;
+    let created = csrs.create(&PostParams::default(), &csr).await?;
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let mut obj = serde_json::to_value(created).unwrap_or_default();
     for _ in 0..60 {
         if let Some(cert) = obj["status"]["certificate"].as_str().filter(|c| !c.is_empty()) {
             let cert_pem = base64::engine::general_purpose::STANDARD
@@ -141,9 +165,7 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
             return Err(JoinError::NotIssued(reason));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
-        obj = client
-            .request("GET", &format!("{path}/{name}"), "application/json", None)
-            .await?;
+        obj = serde_json::to_value(csrs.get(&name).await?).unwrap_or_default();
     }
     Err(JoinError::NotIssued(format!(
         "CSR {name} still pending after 2 minutes"
@@ -249,7 +271,7 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
 
 /// Creates the Node, or brings an existing one's status up to date.
 pub async fn register(
-    client: &ApiClient,
+    client: &kube::Client,
     name: &str,
     ip: Option<&str>,
     kubelet_endpoint: Option<&str>,
@@ -258,46 +280,43 @@ pub async fn register(
     if let Some(e) = kubelet_endpoint {
         node["metadata"]["annotations"] = json!({ KUBELET_ENDPOINT_ANNOTATION: e });
     }
-    match client
-        .request("POST", "/api/v1/nodes", "application/json", Some(&node))
-        .await
-    {
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let status = node["status"].clone();
+    let node: Node =
+        serde_json::from_value(node).map_err(|source| JoinError::Object { kind: "Node", source })?;
+    match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => Ok(()),
-        Err(ClientError::Status { code: 409, .. }) => {
+        Err(kube::Error::Api(s)) if s.code == 409 => {
             // The endpoint annotation is set, or cleared (null) when no longer configured.
             let annotations = json!({ KUBELET_ENDPOINT_ANNOTATION: kubelet_endpoint });
             let meta = json!({ "metadata": { "annotations": annotations } });
-            let path = format!("/api/v1/nodes/{name}");
-            client
-                .request("PATCH", &path, "application/merge-patch+json", Some(&meta))
+            nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(meta))
                 .await?;
-            patch_status(client, name, json!({ "status": node["status"].clone() })).await
+            patch_status(client, name, json!({ "status": status })).await
         }
         Err(e) => Err(e.into()),
     }
 }
 
 /// Renews the node's Lease (creating it the first time).
-pub async fn renew_lease(client: &ApiClient, name: &str) -> Result<(), JoinError> {
+pub async fn renew_lease(client: &kube::Client, name: &str) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339_micros(SystemTime::now());
-    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), "kube-node-lease");
     let patch = json!({ "spec": { "holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": now } });
-    match client
-        .request(
-            "PATCH",
-            &format!("{path}/{name}"),
-            "application/merge-patch+json",
-            Some(&patch),
-        )
+    match leases
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
-        Err(ClientError::Status { code: 404, .. }) => {
+        Err(kube::Error::Api(s)) if s.code == 404 => {
             let lease = json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": { "name": name, "namespace": "kube-node-lease" }, "spec": patch["spec"].clone() });
-            client
-                .request("POST", path, "application/json", Some(&lease))
-                .await?;
+            let lease: Lease = serde_json::from_value(lease).map_err(|source| JoinError::Object {
+                kind: "Lease",
+                source,
+            })?;
+            leases.create(&PostParams::default(), &lease).await?;
             Ok(())
         }
         Err(e) => Err(e.into()),
@@ -305,16 +324,16 @@ pub async fn renew_lease(client: &ApiClient, name: &str) -> Result<(), JoinError
 }
 
 /// Merge-patches the node's status subresource.
-async fn patch_status(client: &ApiClient, name: &str, patch: Value) -> Result<(), JoinError> {
-    let path = format!("/api/v1/nodes/{name}/status");
-    client
-        .request("PATCH", &path, "application/merge-patch+json", Some(&patch))
+async fn patch_status(client: &kube::Client, name: &str, patch: Value) -> Result<(), JoinError> {
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(())
 }
 
 /// Updates the Ready heartbeat.
-pub async fn post_status(client: &ApiClient, name: &str) -> Result<(), JoinError> {
+pub async fn post_status(client: &kube::Client, name: &str) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339(SystemTime::now());
     patch_status(
         client,
@@ -337,13 +356,14 @@ pub async fn run(settings: JoinSettings, state_dir: PathBuf) {
         let joined = async {
             let id = bootstrap(&cp, &name, &state_dir).await?;
             tracing::info!(node = %name, "client certificate issued");
-            let client = ApiClient::new(
+            let client = transport::kubeapi::client(
                 &cp.server,
                 &cp.ca_pem,
                 Credentials::Certificate {
                     cert_pem: id.cert_pem,
                     key_pem: id.key_pem,
                 },
+                USER_AGENT,
             )?;
             register(
                 &client,

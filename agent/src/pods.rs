@@ -20,7 +20,8 @@ use runtime::cgroups::Resources;
 use runtime::image::store::{ImageStore, PullOptions};
 use serde_json::{Value, json};
 
-use crate::client::ApiClient;
+use k8s_openapi::api::core::v1::{Event as ApiEvent, Pod as ApiPod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 
 /// How often pods are reconciled.
 pub const SYNC: Duration = Duration::from_secs(2);
@@ -175,7 +176,7 @@ fn normal(reason: &'static str, container: &str, message: String) -> Event {
 }
 
 /// Posts events about `pod` (failures are logged: events are best effort, as in the kubelet).
-async fn post_events(client: &ApiClient, node: &str, pod: &Value, events: Vec<Event>) {
+async fn post_events(client: &kube::Client, node: &str, pod: &Value, events: Vec<Event>) {
     let meta = &pod["metadata"];
     let (ns, name) = (
         meta["namespace"].as_str().unwrap_or("default"),
@@ -197,11 +198,12 @@ async fn post_events(client: &ApiClient, node: &str, pod: &Value, events: Vec<Ev
             "firstTimestamp": t, "lastTimestamp": t, "count": 1,
             "reportingComponent": "kubelet", "reportingInstance": node,
         });
-        let path = format!("/api/v1/namespaces/{ns}/events");
-        if let Err(e) = client
-            .request("POST", &path, "application/json", Some(&body))
-            .await
-        {
+        let events: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
+        let created = match serde_json::from_value::<ApiEvent>(body) {
+            Ok(ev) => events.create(&PostParams::default(), &ev).await.map(drop),
+            Err(e) => Err(kube::Error::SerdeError(e)),
+        };
+        if let Err(e) = created {
             tracing::debug!(error = %e, reason = ev.reason, "event not recorded");
         }
     }
@@ -465,7 +467,7 @@ async fn live_containers() -> BTreeMap<String, ContainerStatus> {
 }
 
 /// Reconciles this node's pods forever.
-pub async fn run(client: ApiClient, settings: PodSettings) {
+pub async fn run(client: kube::Client, settings: PodSettings) {
     let store = match ImageStore::open(
         Path::new(runtime::IMAGE_ROOT),
         match runtime::image::http::Client::with_system_roots() {
@@ -529,21 +531,25 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
             );
         }
     }
-    let path = format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{}", settings.node);
+    let all_pods: kube::Api<ApiPod> = kube::Api::all(client.clone());
+    let mine = ListParams::default().fields(&format!("spec.nodeName={}", settings.node));
     let mut tick = tokio::time::interval(SYNC);
     loop {
         tick.tick().await;
-        let list = match client.request("GET", &path, "application/json", None).await {
-            Ok(v) => v,
+        let items: Vec<Value> = match all_pods.list(&mine).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "listing this node's pods failed");
                 continue;
             }
         };
-        let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
         let live = live_containers().await;
         let mut seen = Vec::new();
-        for pod in items {
+        for pod in items.clone() {
             let Some(uid) = pod["metadata"]["uid"].as_str().map(str::to_string) else {
                 continue;
             };
@@ -569,12 +575,16 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
                         blocking(move || stop_pod(&sb, ids, grace)).await;
                     }
                 }
-                let body = json!({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}});
-                let del = format!("/api/v1/namespaces/{ns}/pods/{name}");
-                match client
-                    .request("DELETE", &del, "application/json", Some(&body))
-                    .await
-                {
+                let params = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(client.clone(), &ns);
+                match pods_in_ns.delete(&name, &params).await {
                     Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted"),
                     Err(e) => {
                         tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "final pod delete failed")
@@ -692,10 +702,8 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
         }
         // Status write-back (only when it changed).
         let live = live_containers().await;
-        let list_pods: BTreeMap<String, Value> = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let list_pods: BTreeMap<String, Value> = items
+            .iter()
             .filter_map(|p| Some((p["metadata"]["uid"].as_str()?.to_string(), p.clone())))
             .collect();
         for (uid, p) in pods.iter_mut() {
@@ -704,14 +712,10 @@ pub async fn run(client: ApiClient, settings: PodSettings) {
             if status == p.last_status {
                 continue;
             }
-            let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
-            match client
-                .request(
-                    "PATCH",
-                    &path,
-                    "application/merge-patch+json",
-                    Some(&json!({"status": status})),
-                )
+            let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(client.clone(), &p.namespace);
+            let patch = Patch::Merge(json!({"status": status}));
+            match pods_in_ns
+                .patch_status(&p.name, &PatchParams::default(), &patch)
                 .await
             {
                 Ok(_) => p.last_status = status,

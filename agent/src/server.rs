@@ -4,76 +4,45 @@
 //! from the cluster CA in group `system:masters` (the API server's kubelet client, or an admin). The serving certificate is self-signed, as the
 //! kubelet's is by default; the API server does not verify it.
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
-use hyper::body::{Bytes, Frame, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
+use transport::Body;
+use transport::server::{Limits, Peer};
 
 use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
 use crate::{AgentConfig, AgentError};
 
-type Body = BoxBody<Bytes, Infallible>;
-
+/// A self-signed serving certificate for `names` (the kubelet's default), with client
+/// certificates verified against `ca_pem` when given.
 fn tls_config(names: &[String], ca_pem: Option<&str>) -> Result<rustls::ServerConfig, AgentError> {
-    let cert_err = |e: &dyn std::fmt::Display| AgentError::Certificate(e.to_string());
-    let key = rcgen::KeyPair::generate().map_err(|e| cert_err(&e))?;
-    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(|e| cert_err(&e))?;
-    let cert = params.self_signed(&key).map_err(|e| cert_err(&e))?;
-    let chain = vec![CertificateDer::from(cert.der().to_vec())];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
-    let mut cfg = match ca_pem {
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                roots.add(c.map_err(|e| cert_err(&e))?)?;
-            }
-            // Client certificates are optional (health checks), verified when presented.
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| cert_err(&e))?;
-            builder
-                .with_client_cert_verifier(verifier)
-                .with_single_cert(chain, key)?
-        }
-        None => builder.with_no_client_auth().with_single_cert(chain, key)?,
-    };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    let cert_err = |e: rcgen::Error| AgentError::Certificate(e.to_string());
+    let key = rcgen::KeyPair::generate().map_err(cert_err)?;
+    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(cert_err)?;
+    let cert = params.self_signed(&key).map_err(cert_err)?;
+    Ok(transport::tls::server_config(
+        &cert.pem(),
+        &key.serialize_pem(),
+        ca_pem,
+    )?)
 }
 
 /// Whether a verified client certificate is in group `system:masters`.
-fn is_master(cert: &CertificateDer<'_>) -> bool {
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
-        return false;
-    };
-    parsed
-        .subject()
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .any(|o| o == "system:masters")
+fn is_master(peer: &Peer) -> bool {
+    peer.identity
+        .as_ref()
+        .is_some_and(|id| id.groups.iter().any(|g| g == "system:masters"))
 }
 
 fn text(status: u16, body: impl Into<Bytes>) -> Response<Body> {
-    let mut resp = Response::new(Full::new(body.into()).boxed());
+    let mut resp = Response::new(transport::body::full(body));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -82,32 +51,29 @@ fn text(status: u16, body: impl Into<Bytes>) -> Response<Body> {
     resp
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    authorized: bool,
-    log_root: Arc<PathBuf>,
-) -> Result<Response<Body>, Infallible> {
+async fn handle(peer: Arc<Peer>, req: Request<Incoming>, log_root: Arc<PathBuf>) -> Response<Body> {
+    let authorized = is_master(&peer);
     if req.uri().path().starts_with("/exec/") {
         if !authorized {
-            return Ok(text(
+            return text(
                 403,
                 "forbidden: a client certificate in group system:masters is required",
-            ));
+            );
         }
-        return Ok(exec_upgrade(req).await);
+        return exec_upgrade(req).await;
     }
     let path = req.uri().path();
     if path == "/healthz" {
-        return Ok(text(200, "ok"));
+        return text(200, "ok");
     }
     if !path.starts_with("/containerLogs/") {
-        return Ok(text(404, "not found"));
+        return text(404, "not found");
     }
     if !authorized {
-        return Ok(text(
+        return text(
             403,
             "forbidden: a client certificate in group system:masters is required",
-        ));
+        );
     }
     let result = async {
         let (ns, pod, container) = logs::parse_path(path)?;
@@ -118,7 +84,7 @@ async fn handle(
     .await;
     let (file, opts) = match result {
         Ok(x) => x,
-        Err(e) => return Ok(text(e.status(), e.to_string())),
+        Err(e) => return text(e.status(), e.to_string()),
     };
     let (data, _) = read_from(file.clone(), 0).await.unwrap_or_default();
     // Only complete lines; a follower picks the rest up from `offset`.
@@ -129,9 +95,9 @@ async fn handle(
         SystemTime::now(),
     );
     if !opts.follow {
-        return Ok(text(200, initial));
+        return text(200, initial);
     }
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let (tx, body) = transport::body::channel(16);
     tokio::spawn(async move {
         if !initial.is_empty() && tx.send(Bytes::from(initial)).await.is_err() {
             return;
@@ -139,8 +105,8 @@ async fn handle(
         follow(file, offset as u64, opts.timestamps, tx).await;
     });
     let mut resp = text(200, Bytes::new());
-    *resp.body_mut() = ChannelBody { rx }.boxed();
-    Ok(resp)
+    *resp.body_mut() = body;
+    resp
 }
 
 /// `/exec/<namespace>/<pod>/<container>`: a WebSocket upgrade (`v5.channel.k8s.io`) running
@@ -278,27 +244,10 @@ async fn still_running(file: &Path) -> bool {
     .unwrap_or(false)
 }
 
-/// A response body fed by a channel.
-struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
-}
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
-    }
-}
-
 /// Serves the agent endpoint until the listener fails. With the cluster CA (`ca_pem`), log
 /// requests from its `system:masters` clients are served; without it only `/healthz`.
 pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>) -> Result<(), AgentError> {
-    let acceptor = TlsAcceptor::from(Arc::new(tls_config(&cfg.server_names, ca_pem.as_deref())?));
+    let tls = Arc::new(tls_config(&cfg.server_names, ca_pem.as_deref())?);
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| AgentError::Listen {
@@ -307,38 +256,8 @@ pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>) -> Result<(), Agent
         })?;
     let log_root = Arc::new(PathBuf::from(logs::PODS_LOG_ROOT));
     tracing::info!(listen = %cfg.listen, "ready");
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let log_root = log_root.clone();
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            let authorized = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .is_some_and(is_master);
-            let service = service_fn(move |req| handle(req, authorized, log_root.clone()));
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .with_upgrades()
-                .await
-            {
-                tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
+    match transport::server::serve(listener, tls, Limits::default(), move |peer, req| {
+        handle(peer, req, log_root.clone())
+    })
+    .await {}
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod inprocess;
 pub mod pki;
 pub mod process;
 pub mod server;

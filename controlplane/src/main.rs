@@ -93,7 +93,6 @@ fn main() -> anyhow::Result<()> {
             "controlplane: serving on https://{addr} (kubeconfig {})",
             kubeconfig.display()
         );
-        server::serve(api, listener, server::tls_config(&pki)?, tokens).await?;
-        Ok(())
+        match server::serve(api, listener, server::tls_config(&pki)?, tokens).await {}
     })
 }
