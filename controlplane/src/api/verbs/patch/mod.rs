@@ -7,9 +7,19 @@
 //! `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys` are honoured;
 //! other lists are replaced.
 
-use serde_json::{Map, Value};
+use std::time::SystemTime;
 
-use super::types::Type;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::{Fields, fieldmanager, writer};
+use crate::api::Api;
+use crate::api::admission::check_shape;
+use crate::api::object;
+use crate::api::request::body::parse_json_body;
+use crate::api::request::{Query, Target};
+use crate::api::schema::Type;
+use crate::api::status::ApiError;
 
 pub use kcore::json::merge_patch;
 
@@ -253,6 +263,86 @@ fn merge_list(
         list.sort_by_key(rank);
     }
     Ok(())
+}
+
+impl Api {
+    /// PATCH (merge, JSON, strategic, apply). Server-side apply creates missing objects.
+    pub(crate) async fn patch(
+        &self,
+        t: &Target,
+        ct: &str,
+        body: &Bytes,
+        q: &Query,
+    ) -> Result<(u16, Value), ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let media = ct.split(';').next().unwrap_or_default().trim().to_string();
+        let ty = Type::of_kind(&t.res.api_version(), t.res.kind);
+        let patch_doc = parse_json_body(&media, body)?;
+        if media == "application/apply-patch+yaml" {
+            check_shape(t.res, &patch_doc)?;
+        }
+        for attempt in 0..5 {
+            let (old, rev) = match self.read_object(t.res, t.namespace.as_deref(), &name).await {
+                Ok(x) => x,
+                Err(e) if e.code == 404 && media == "application/apply-patch+yaml" => {
+                    let target = Target {
+                        name: None,
+                        ..t.clone()
+                    };
+                    let now = object::rfc3339(SystemTime::now());
+                    let obj = match writer(t, q, &now) {
+                        Some(w) => fieldmanager::apply(ty, &Value::Null, &patch_doc, q.flag("force"), w)?,
+                        None => patch_doc,
+                    };
+                    return self.create_as(&target, obj, q, None, Fields::Recorded).await;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut new = old.clone();
+            let mut fields = Fields::Record;
+            match media.as_str() {
+                "application/merge-patch+json" => merge_patch(&mut new, &patch_doc),
+                "application/json-patch+json" => json_patch(&mut new, &patch_doc).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: e,
+                    details: None,
+                })?,
+                "application/strategic-merge-patch+json" => {
+                    strategic_merge(&mut new, &patch_doc, ty).map_err(ApiError::bad_request)?
+                }
+                "application/apply-patch+yaml" => {
+                    let now = object::rfc3339(SystemTime::now());
+                    if let Some(w) = writer(t, q, &now) {
+                        new = fieldmanager::apply(ty, &old, &patch_doc, q.flag("force"), w)?;
+                        fields = Fields::Recorded;
+                    } else {
+                        strategic_merge(&mut new, &patch_doc, ty).map_err(ApiError::bad_request)?
+                    }
+                }
+                other => return Err(ApiError::unsupported_media_type(other)),
+            }
+            // A resourceVersion in the patch is a precondition (kubectl diff sends one).
+            if let Some(want) = patch_doc["metadata"]["resourceVersion"].as_str()
+                && want != rev.to_string()
+            {
+                return Err(ApiError::conflict(t.res, &name));
+            }
+            check_shape(t.res, &new)?;
+            new["metadata"]["resourceVersion"] = json!(rev.to_string());
+            match self.replace(t, &old, new, rev, q, fields).await {
+                Err(e)
+                    if e.reason == "Conflict"
+                        && attempt < 4
+                        && patch_doc["metadata"]["resourceVersion"].is_null() =>
+                {
+                    continue;
+                }
+                other => return other.map(|v| (200, v)),
+            }
+        }
+        Err(ApiError::conflict(t.res, &name))
+    }
 }
 
 #[cfg(test)]
