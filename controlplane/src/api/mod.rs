@@ -50,8 +50,8 @@ pub struct Api {
     pub(crate) watch_cache: Arc<verbs::watch::WatchCache>,
     /// Signs node client CSRs (None: CSRs stay pending).
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
-    /// TLS client for node agents (built on first use from `pki`).
-    pub(crate) agent_tls: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
+    /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
+    pub(crate) agent_tls: OnceLock<Result<Arc<rustls::ClientConfig>, Arc<streams::AgentTlsError>>>,
 }
 
 impl std::fmt::Debug for Api {

@@ -5,7 +5,7 @@ use http::{Response, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
-use super::{agent_connect, agent_error, may_reach_agents, pick_container};
+use super::{AgentConnectError, agent_connect, agent_error, may_reach_agents, pick_container};
 use crate::api::Api;
 use crate::api::output::{Body, error_response, full};
 use crate::api::request::{Caller, Query, parse_target};
@@ -65,8 +65,7 @@ impl Api {
             req.uri().query().unwrap_or_default()
         );
         let tls = self.agent_tls()?;
-        let unreachable =
-            |e: String| ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"));
+        let unreachable = |e: AgentConnectError| e.into_api_error(&node, addr);
         let mut send = agent_connect(addr, tls, true).await.map_err(unreachable)?;
         let mut up = http::Request::get(agent_path)
             .header(header::HOST, addr.to_string())
@@ -84,10 +83,7 @@ impl Api {
         let up = up
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut agent_resp = send
-            .send_request(up)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let mut agent_resp = send.send_request(up).await.map_err(|e| unreachable(e.into()))?;
         if agent_resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
             return Err(agent_error(&node, agent_resp).await);
         }

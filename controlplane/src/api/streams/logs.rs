@@ -6,7 +6,7 @@ use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Empty};
 use tokio::sync::mpsc;
 
-use super::{agent_connect, agent_error, may_reach_agents, pick_container};
+use super::{AgentConnectError, agent_connect, agent_error, may_reach_agents, pick_container};
 use crate::api::Api;
 use crate::api::output::{Body, ChannelBody};
 use crate::api::request::{Caller, Query, Target};
@@ -44,17 +44,13 @@ impl Api {
         }
         let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
         let tls = self.agent_tls()?;
-        let unreachable =
-            |e: String| ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"));
+        let unreachable = |e: AgentConnectError| e.into_api_error(&node, addr);
         let mut send = agent_connect(addr, tls, false).await.map_err(unreachable)?;
         let req = http::Request::get(path)
             .header(header::HOST, addr.to_string())
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let resp = send
-            .send_request(req)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let resp = send.send_request(req).await.map_err(|e| unreachable(e.into()))?;
         if resp.status() != http::StatusCode::OK {
             return Err(agent_error(&node, resp).await);
         }

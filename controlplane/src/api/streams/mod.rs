@@ -13,6 +13,8 @@ mod exec;
 mod logs;
 mod tls;
 
+pub(crate) use tls::AgentTlsError;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,9 +54,10 @@ impl Api {
     /// The TLS client configuration for agents (built on first use).
     fn agent_tls(&self) -> Result<Arc<rustls::ClientConfig>, ApiError> {
         self.agent_tls
-            .get_or_init(|| tls::client_config(self.pki.as_deref()))
-            .clone()
-            .map_err(ApiError::internal)
+            .get_or_init(|| tls::client_config(self.pki.as_deref()).map_err(Arc::new))
+            .as_ref()
+            .map(Arc::clone)
+            .map_err(|e| ApiError::internal(e.to_string()))
     }
 }
 
@@ -129,23 +132,38 @@ fn agent_address(node: &Value) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
 }
 
+/// Why an agent cannot be reached.
+#[derive(Debug, thiserror::Error)]
+enum AgentConnectError {
+    #[error("connection timed out")]
+    Timeout,
+    /// TCP or TLS.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+}
+
+impl AgentConnectError {
+    /// The API error of a request that could not reach the agent of `node` at `addr`.
+    fn into_api_error(self, node: &str, addr: SocketAddr) -> ApiError {
+        ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {self}"))
+    }
+}
+
 /// An HTTP/1.1 connection to an agent (driven by a spawned task; with upgrades for exec).
 async fn agent_connect(
     addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
     upgrades: bool,
-) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, String> {
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, AgentConnectError> {
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
-        .map_err(|_| "connection timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| AgentConnectError::Timeout)??;
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     if upgrades {
         tokio::spawn(conn.with_upgrades());
     } else {

@@ -10,22 +10,32 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::pki::Pki;
 
+/// Why the agents' TLS client cannot be built (the API answers 500 with the text).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AgentTlsError {
+    #[error("the API server has no cluster CA key")]
+    NoClusterCa,
+    /// The kubelet-client certificate could not be issued.
+    #[error("{0}")]
+    Certificate(String),
+    #[error("{0}")]
+    Pem(#[from] rustls::pki_types::pem::Error),
+    #[error("{0}")]
+    Tls(#[from] rustls::Error),
+}
+
 /// The client configuration: the kubelet-client certificate of `pki`, any server certificate.
-pub(super) fn client_config(pki: Option<&Pki>) -> Result<Arc<rustls::ClientConfig>, String> {
-    let pki = pki.ok_or("the API server has no cluster CA key")?;
-    let (cert, key) = pki.kubelet_client()?;
-    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+pub(super) fn client_config(pki: Option<&Pki>) -> Result<Arc<rustls::ClientConfig>, AgentTlsError> {
+    let pki = pki.ok_or(AgentTlsError::NoClusterCa)?;
+    let (cert, key) = pki.kubelet_client().map_err(AgentTlsError::Certificate)?;
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(UnverifiedServer(provider)))
-        .with_client_auth_cert(chain, key)
-        .map_err(|e| e.to_string())?;
+        .with_client_auth_cert(chain, key)?;
     Ok(Arc::new(cfg))
 }
 

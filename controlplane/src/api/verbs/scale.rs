@@ -57,8 +57,10 @@ impl Api {
         let mut scale = Self::scale_of(&obj);
         let doc = parse_json_body(ct, body)?;
         match ct.split(';').next().unwrap_or_default().trim() {
+            // A JSON patch that does not apply to a Scale is a bad request (the object's own
+            // PATCH answers 422).
             "application/json-patch+json" => {
-                patch::json_patch(&mut scale, &doc).map_err(ApiError::bad_request)?
+                patch::json_patch(&mut scale, &doc).map_err(|e| ApiError::bad_request(e.to_string()))?
             }
             "application/json" => scale = doc,
             _ => patch::merge_patch(&mut scale, &doc),
