@@ -62,6 +62,9 @@ pub enum PatchError {
     PathNotFound(String),
     #[error("test failed at {0:?}")]
     TestFailed(String),
+    /// A `move` into its own child (RFC 6902 §4.4).
+    #[error("cannot move {0:?} into itself")]
+    MoveIntoItself(String),
     /// A strategic merge patch item of a keyed list without its key.
     #[error("strategic merge patch: list element without merge key {0:?}")]
     NoMergeKey(String),
