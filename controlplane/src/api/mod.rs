@@ -24,10 +24,13 @@ mod streams;
 mod verbs;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, header};
 use serde_json::Value;
+use tracing::Instrument;
+use tracing::field::{Empty, display};
 
 pub use output::{Body, error_response, full};
 pub use request::Caller;
@@ -111,16 +114,66 @@ impl Api {
     }
 
     /// Handles one request from `caller` (None = anonymous).
+    ///
+    /// Each request runs in a `request` span (debug level) with its verb, resource (or path, for
+    /// discovery and the like), namespace, name, user, status code and latency, so
+    /// `RUST_LOG=controlplane=debug` shows one request's path end to end. With the span disabled
+    /// nothing is formatted or timed.
     pub async fn handle(&self, caller: Option<&Caller>, req: Request<Bytes>) -> Response<Body> {
+        let span = tracing::debug_span!(
+            "request",
+            verb = Empty,
+            resource = Empty,
+            path = Empty,
+            namespace = Empty,
+            name = Empty,
+            user = Empty,
+            code = Empty,
+            latency = Empty,
+        );
+        let started = (!span.is_disabled()).then(Instant::now);
+        let resp = self.route(caller, req, &span).instrument(span.clone()).await;
+        if let Some(started) = started {
+            span.record("code", resp.status().as_u16());
+            span.record("latency", tracing::field::debug(started.elapsed()));
+            span.in_scope(|| tracing::debug!("request done"));
+        }
+        resp
+    }
+
+    /// Routes a request: health checks, discovery, OpenAPI, or a resource through [`Self::dispatch`].
+    async fn route(
+        &self,
+        caller: Option<&Caller>,
+        req: Request<Bytes>,
+        span: &tracing::Span,
+    ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let query = Query::parse(req.uri().query());
+        // Resource paths are parsed before authentication only to name them on the span.
+        let target = match segs.as_slice() {
+            ["api", _, _, ..] | ["apis", _, _, _, ..] => Some(parse_target(&segs)),
+            _ => None,
+        };
+        if !span.is_disabled() {
+            match &target {
+                Some(Ok(t)) => record_target(span, req.method(), t, &query),
+                _ => {
+                    span.record("verb", display(method_verb(req.method())));
+                    span.record("path", display(&path));
+                }
+            }
+            if let Some(c) = caller {
+                span.record("user", display(&c.user));
+            }
+        }
         if req.method() == Method::GET && matches!(segs.as_slice(), ["healthz" | "livez" | "readyz", ..]) {
             return text_response(200, "ok");
         }
         if caller.is_none() {
             return error_response(&ApiError::unauthorized());
         }
-        let query = Query::parse(req.uri().query());
         let result = match (req.method().clone(), segs.as_slice()) {
             (Method::GET, ["version"]) => Ok(json_response(200, &discovery::version())),
             (Method::GET, ["api"]) | (Method::GET, ["apis"]) => {
@@ -139,7 +192,7 @@ impl Api {
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
-            (_, ["api", ..]) | (_, ["apis", ..]) => match parse_target(&segs) {
+            (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.
                     let (result, raised) = warnings::collect(self.dispatch(req, t, query, caller)).await;
@@ -279,6 +332,63 @@ impl Api {
                 sub.map(|s| format!("/{s}")).unwrap_or_default()
             ))),
         }
+    }
+}
+
+/// The Kubernetes verb of a request without a resource target (discovery, OpenAPI, health).
+fn method_verb(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        _ => "other",
+    }
+}
+
+/// Records a resource request's verb (as in Kubernetes audit logs), resource, namespace and name
+/// on the request span.
+fn record_target(span: &tracing::Span, m: &Method, t: &Target, q: &Query) {
+    let collection = t.name.is_none();
+    let verb = match *m {
+        Method::GET if collection && q.flag("watch") => "watch",
+        Method::GET if collection => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        _ => method_verb(m),
+    };
+    span.record("verb", display(verb));
+    span.record("resource", display(ResourceName(t)));
+    if let Some(ns) = &t.namespace {
+        span.record("namespace", display(ns));
+    }
+    if let Some(name) = &t.name {
+        span.record("name", display(name));
+    }
+}
+
+/// A target's resource the way kubectl names it: `pods`, `deployments.apps`, `pods/log`,
+/// `deployments.apps/scale` (formatted only when a subscriber records it).
+struct ResourceName<'a>(&'a Target);
+
+impl std::fmt::Display for ResourceName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let res = self.0.res;
+        f.write_str(res.plural)?;
+        if !res.group.is_empty() {
+            write!(f, ".{}", res.group)?;
+        }
+        if let Some(sub) = &self.0.sub {
+            write!(f, "/{sub}")?;
+        }
+        Ok(())
     }
 }
 

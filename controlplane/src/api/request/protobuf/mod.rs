@@ -3,8 +3,8 @@
 //!
 //! A body is the magic `k8s\0` followed by a `runtime.Unknown`: its `typeMeta` names the
 //! apiVersion and kind, its `raw` holds the object's own protobuf message. The object is walked
-//! with the generated field table in [`crate::api::schema`] (field numbers from the Go struct tags, JSON names,
-//! list markers), so every served kind decodes without per-kind code.
+//! with the generated field table of [`crate::api::schema`] (field numbers from the Go struct
+//! tags, JSON names, list markers), so every served kind decodes without per-kind code.
 //!
 //! Go's protobuf encoding writes non-pointer fields even when they hold their zero value, where
 //! its JSON encoding (`omitempty`) leaves them out. So that a protobuf body means what the same
