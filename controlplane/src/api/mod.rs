@@ -3,11 +3,12 @@
 //! and `Status` errors. Transport-free: [`Api::handle`] takes a request with its whole body and
 //! the authenticated caller, so tests drive it without sockets.
 //!
-//! Layers, each importing only from the ones below it (never from this module or the verbs):
+//! Layers, each importing only from the ones below it:
 //! - this module: [`Api`], [`Api::handle`] (one tracing span per request) and the dispatch to
 //!   the verbs;
 //! - `verbs/` (get, list, create, update, patch, server-side apply, delete, eviction, tokens,
-//!   watch) and `streams/` (logs and exec through the node agents): the `impl Api` blocks;
+//!   watch) and `streams/` (logs and exec through the node agents): the `impl Api` blocks, which
+//!   take only [`Api`] itself from this module;
 //! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies, the
 //!   protobuf decoder), `output/` (responses, warnings, tables, discovery, OpenAPI);
 //! - `object/` (names, selectors, the stored form), `schema/` (the type table), `registry`

@@ -1,5 +1,5 @@
 //! Object helpers shared by every layer of the API: names, UIDs, timestamps, name rules, base64,
-//! label and field selectors ([`selector`]) and the stored form of objects ([`stored`]). Nothing
+//! label and field selectors ([`selector`]) and the stored form of objects (`stored`). Nothing
 //! here knows the verbs or the request handling.
 
 pub mod selector;

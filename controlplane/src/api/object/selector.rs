@@ -1,5 +1,5 @@
 //! Label and field selectors: parsing, matching, a workload's selector object as requirements,
-//! and the compiled list/watch [`Filter`] with the field sets each kind can be selected by.
+//! and the compiled list/watch `Filter` with the field sets each kind can be selected by.
 
 use serde_json::Value;
 

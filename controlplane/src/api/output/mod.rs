@@ -1,5 +1,5 @@
 //! What goes back to the client: response bodies (whole or streamed), `Status` errors as
-//! responses, `Warning` headers ([`warnings`]), server-side tables ([`table`]), discovery
+//! responses, `Warning` headers (`warnings`), server-side tables ([`table`]), discovery
 //! documents ([`discovery`]) and OpenAPI ([`openapi`]).
 
 pub mod discovery;

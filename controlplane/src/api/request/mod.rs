@@ -1,5 +1,5 @@
-//! What a request asks for, decoded: who calls ([`Caller`]), which resource ([`Target`]), the
-//! query parameters ([`Query`]), the response form ([`Want`]) and the body ([`body`]: JSON or
+//! What a request asks for, decoded: who calls ([`Caller`]), which resource (`Target`), the
+//! query parameters (`Query`), the response form (`Want`) and the body (`body`: JSON or
 //! Kubernetes protobuf through [`protobuf`]).
 
 pub(crate) mod body;

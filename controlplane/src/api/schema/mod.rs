@@ -1,7 +1,7 @@
 //! The type schema of the served kinds: which fields a message has, what they hold, and how
-//! their lists merge. It is the generated field table in [`table`] (field numbers, JSON names and
+//! their lists merge. It is the generated field table in `table.rs` (field numbers, JSON names and
 //! the `+listType`/`+patchStrategy`/`+patchMergeKey`/`+listMapKey` markers of the Go types, made
-//! by `controlplane/tools/gen-protobuf-schema.py`), seen two ways: as raw [`Message`]s for the
+//! by `controlplane/tools/gen-protobuf-schema.py`), seen two ways: as raw `Message`s for the
 //! protobuf request decoder, and as a [`Type`] tree so that strategic merge patch and server-side
 //! apply follow the same per-type rules as the Go API server (Service `ports` merge by `port`,
 //! container `ports` by `containerPort`, ...).

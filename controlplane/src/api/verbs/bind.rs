@@ -1,4 +1,4 @@
-//! POST pods/<name>/binding: the scheduler's (or a client's) assignment of a pod to a node.
+//! `POST pods/<name>/binding`: the scheduler's (or a client's) assignment of a pod to a node.
 
 use serde_json::{Value, json};
 
@@ -7,7 +7,7 @@ use crate::api::request::Target;
 use crate::api::status::{self, ApiError};
 
 impl Api {
-    /// POST pods/<name>/binding: sets spec.nodeName once.
+    /// `POST pods/<name>/binding`: sets spec.nodeName once.
     pub(crate) async fn bind(&self, t: &Target, binding: Value) -> Result<Value, ApiError> {
         let node = binding["target"]["name"]
             .as_str()

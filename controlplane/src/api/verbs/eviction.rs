@@ -105,7 +105,7 @@ fn too_many_requests(pdb_name: &str, b: &Budget) -> ApiError {
 }
 
 impl Api {
-    /// POST pods/<name>/eviction.
+    /// `POST pods/<name>/eviction`.
     pub(crate) async fn evict(&self, t: &Target) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());

@@ -23,7 +23,7 @@ const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 48 * 3600;
 
 impl Api {
-    /// POST serviceaccounts/<name>/token.
+    /// `POST serviceaccounts/<name>/token`.
     pub(crate) async fn token_request(&self, t: &Target, body: Value) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());

@@ -10,7 +10,7 @@
 //! its JSON encoding (`omitempty`) leaves them out. So that a protobuf body means what the same
 //! object sent as JSON means, zero values are dropped the way `omitempty` drops them: empty
 //! strings, zero timestamps and `0`/`false` scalars, except for the fields in
-//! [`ZERO_IS_A_VALUE`] (Go pointers whose zero is a setting, e.g. `replicas: 0`,
+//! `ZERO_IS_A_VALUE` (Go pointers whose zero is a setting, e.g. `replicas: 0`,
 //! `automountServiceAccountToken: false`). Messages are kept even when empty (`emptyDir: {}` is
 //! a setting; Go writes `{}` for empty structs too). Lists and map values are kept as they are.
 

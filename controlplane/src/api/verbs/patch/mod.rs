@@ -1,4 +1,4 @@
-//! PATCH: JSON merge patch (RFC 7386), JSON patch (RFC 6902, [`json`]), strategic merge patch
+//! PATCH: JSON merge patch (RFC 7386), JSON patch (RFC 6902, [`json`](mod@json)), strategic merge patch
 //! ([`strategic`]) and server-side apply (through [`super::fieldmanager`]), retried on write
 //! conflicts.
 
