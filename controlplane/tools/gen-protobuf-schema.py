@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates controlplane/src/api/protobuf/schema.rs, the table the protobuf request decoder walks.
+"""Generates controlplane/src/api/schema/table.rs, the type table of the served kinds.
 
 Kubernetes' protobuf encoding numbers fields by the Go struct tags; the prost bindings of the
 `k8s-pb` crate carry those numbers (`#[prost(string, optional, tag = "6")] pub pod_ip`) but only
@@ -10,7 +10,7 @@ from the k8s-pb doc comments.
 Usage (both crates unpacked by cargo, e.g. after `cargo fetch` of a project depending on them):
 
     python3 controlplane/tools/gen-protobuf-schema.py K8S_PB_DIR K8S_OPENAPI_DIR \
-        > controlplane/src/api/protobuf/schema.rs
+        > controlplane/src/api/schema/table.rs
 
 K8S_PB_DIR is the k8s-pb 0.9 crate root; K8S_OPENAPI_DIR the k8s-openapi 0.26 crate root (its
 `src/v1_34` tree is read). The output is deterministic.
@@ -47,7 +47,7 @@ EXTRA_KINDS = [
     ("v1", "Binding", "k8s.io.api.core.v1.Binding"),
 ]
 
-# Messages with a JSON form of their own (see protobuf/mod.rs); their fields are not walked.
+# Messages with a JSON form of their own (see `Special` in schema/mod.rs); their fields are not walked.
 SPECIAL = {
     "k8s.io.apimachinery.pkg.apis.meta.v1.Time": "Time",
     "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime": "MicroTime",

@@ -1,32 +1,15 @@
 //! JSON document helpers.
 
-use serde_json::{Map, Value};
-
 /// RFC 7386 JSON merge patch: objects merge key by key, `null` removes, anything else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            if let Value::Object(t) = target {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
+///
+/// Re-exported from the `json-patch` crate (RFC 7386 §2's algorithm, as kube-core uses it).
+pub use json_patch::merge as merge_patch;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn rfc7386_examples() {

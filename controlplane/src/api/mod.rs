@@ -2,54 +2,47 @@
 //! semantics (uid, timestamps, generation, resourceVersion = store revision), discovery, tables,
 //! and `Status` errors. Transport-free: [`Api::handle`] takes a request with its whole body and
 //! the authenticated caller, so tests drive it without sockets.
+//!
+//! Layers, each importing only from the ones below it:
+//! - this module: [`Api`], [`Api::handle`] (one tracing span per request) and the dispatch to
+//!   the verbs;
+//! - `verbs/` (get, list, create, update, patch, server-side apply, delete, eviction, tokens,
+//!   watch) and `streams/` (logs and exec through the node agents): the `impl Api` blocks, which
+//!   take only [`Api`] itself from this module;
+//! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies, the
+//!   protobuf decoder), `output/` (responses, warnings, tables, discovery, OpenAPI);
+//! - `object/` (names, selectors, the stored form), `schema/` (the type table), `registry`
+//!   (served resources) and `status` (`ApiError`).
 
 mod admission;
-mod defaults;
-mod delete;
-pub mod discovery;
-mod eviction;
-pub mod fieldmanager;
 pub mod object;
-pub mod openapi;
-pub mod patch;
-pub mod protobuf;
-mod proxy;
+pub mod output;
 pub mod registry;
+pub mod request;
+pub mod schema;
 pub mod status;
-pub mod table;
-mod tokens;
-pub mod types;
+mod streams;
 mod verbs;
-mod watch;
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
-use http_body_util::combinators::BoxBody;
+use http::{HeaderValue, Method, Request, Response, header};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tracing::Instrument;
+use tracing::field::{Empty, display};
+
+pub use output::{Body, error_response, full};
+pub use request::Caller;
+pub use request::body::{MAX_BODY, collect_body};
 
 use crate::storage::Store;
-use registry::Resource;
+use object::stored::store_err;
+use output::{discovery, json_bytes_response, json_response, openapi, text_response, warnings};
+use request::body::{parse_json_body, parse_object_body};
+use request::{Query, Target, Want, parse_target};
 use status::ApiError;
-
-/// Response body: a whole buffer or a stream (watch).
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// Largest request body accepted (etcd's default request limit is 1.5 MiB; Secrets max 1 MiB).
-pub const MAX_BODY: usize = 3 << 20;
-
-/// Who is calling (from the client certificate or a bearer token).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub user: String,
-    pub groups: Vec<String>,
-}
 
 /// The API layer over a store.
 #[derive(Clone)]
@@ -58,181 +51,17 @@ pub struct Api {
     /// PEM of the cluster CA, published as `kube-root-ca.crt` in every namespace.
     pub(crate) ca_pem: String,
     /// Events decoded once for all watchers.
-    pub(crate) watch_cache: Arc<watch::WatchCache>,
+    pub(crate) watch_cache: Arc<verbs::watch::WatchCache>,
     /// Signs node client CSRs (None: CSRs stay pending).
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
-    /// TLS client for node agents (built on first use from `pki`).
-    pub(crate) agent_tls: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
+    /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
+    pub(crate) agent_tls: OnceLock<Result<Arc<rustls::ClientConfig>, Arc<streams::AgentTlsError>>>,
 }
 
 impl std::fmt::Debug for Api {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Api").finish_non_exhaustive()
     }
-}
-
-/// A parsed request target.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub res: &'static Resource,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub sub: Option<String>,
-}
-
-tokio::task_local! {
-    /// The warnings of the request being handled (`Warning: 299 - "..."` headers).
-    static WARNINGS: std::cell::RefCell<Vec<String>>;
-}
-
-/// Adds a warning to the current request's response (nothing outside a request).
-pub(crate) fn warn(text: String) {
-    let _ = WARNINGS.try_with(|w| w.borrow_mut().push(text));
-}
-
-/// Query parameters, decoded.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    fn parse(q: Option<&str>) -> Self {
-        let mut out = Vec::new();
-        for pair in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            out.push((kcore::url::percent_decode(k), kcore::url::percent_decode(v)));
-        }
-        Self(out)
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-    }
-
-    pub fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
-    }
-
-    pub fn dry_run(&self) -> bool {
-        self.get("dryRun") == Some("All")
-    }
-
-    /// The field manager a client named with `fieldManager` (None for the server's own writes).
-    pub fn field_manager(&self) -> Option<&str> {
-        self.get("fieldManager").filter(|m| !m.is_empty())
-    }
-
-    /// Without a `fieldManager` parameter, a client's writes are managed under the product token
-    /// of its User-Agent (`kubectl/v1.32.5 (linux/amd64) ...` → `kubectl`), as upstream.
-    fn default_field_manager(&mut self, user_agent: Option<&str>) {
-        if self.field_manager().is_none() {
-            let token = user_agent
-                .and_then(|ua| ua.split('/').next())
-                .map(str::trim)
-                .unwrap_or_default();
-            let manager = if token.is_empty() { "unknown" } else { token };
-            self.0
-                .push(("fieldManager".into(), manager.chars().take(128).collect()));
-        }
-    }
-}
-
-/// A whole-buffer response body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    http_body_util::Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A streaming body fed from a channel (each message is one chunk).
-pub(crate) struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
-}
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
-    }
-}
-
-pub(crate) fn json_response(code: u16, v: &Value) -> Response<Body> {
-    let mut resp = Response::new(full(serde_json::to_vec(v).unwrap_or_default()));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.to_status())
-}
-
-fn text_response(code: u16, text: &'static str) -> Response<Body> {
-    let mut resp = Response::new(full(text));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-/// What the client asked the response to look like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Want {
-    Object,
-    Table,
-}
-
-fn want(req: &Request<Bytes>) -> Want {
-    let accept = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if accept.contains("as=Table") {
-        Want::Table
-    } else {
-        Want::Object
-    }
-}
-
-/// Splits `/api/v1/...` or `/apis/<g>/<v>/...` into a resource target.
-fn parse_target(segs: &[&str]) -> Result<Target, ApiError> {
-    let (group, version, rest) = match segs {
-        ["api", v, rest @ ..] => ("", *v, rest),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Err(ApiError::not_found_path(&segs.join("/"))),
-    };
-    let lookup = |plural: &str| {
-        registry::find(group, version, plural)
-            .ok_or_else(|| ApiError::not_found_path(&format!("/{}", segs.join("/"))))
-    };
-    let t = |res, namespace: Option<&str>, name: Option<&str>, sub: Option<&str>| Target {
-        res,
-        namespace: namespace.map(str::to_string),
-        name: name.map(str::to_string),
-        sub: sub.map(str::to_string),
-    };
-    Ok(match rest {
-        ["namespaces", ns, sub] if matches!(*sub, "status" | "finalize") => {
-            t(lookup("namespaces")?, None, Some(ns), Some(sub))
-        }
-        ["namespaces", ns, plural] => t(lookup(plural)?, Some(ns), None, None),
-        ["namespaces", ns, plural, name] => t(lookup(plural)?, Some(ns), Some(name), None),
-        ["namespaces", ns, plural, name, sub] => t(lookup(plural)?, Some(ns), Some(name), Some(sub)),
-        [plural] => t(lookup(plural)?, None, None, None),
-        [plural, name] => t(lookup(plural)?, None, Some(name), None),
-        [plural, name, sub] => t(lookup(plural)?, None, Some(name), Some(sub)),
-        _ => return Err(ApiError::not_found_path(&format!("/{}", segs.join("/")))),
-    })
 }
 
 impl Api {
@@ -243,7 +72,7 @@ impl Api {
             ca_pem,
             watch_cache: Arc::default(),
             pki: None,
-            agent_tls: std::sync::OnceLock::new(),
+            agent_tls: OnceLock::new(),
         }
     }
 
@@ -264,7 +93,7 @@ impl Api {
                 .store
                 .get(&res.key(None, ns))
                 .await
-                .map_err(verbs::store_err)?
+                .map_err(store_err)?
                 .is_none()
             {
                 let body =
@@ -286,16 +115,66 @@ impl Api {
     }
 
     /// Handles one request from `caller` (None = anonymous).
+    ///
+    /// Each request runs in a `request` span (debug level) with its verb, resource (or path, for
+    /// discovery and the like), namespace, name, user, status code and latency, so
+    /// `RUST_LOG=controlplane=debug` shows one request's path end to end. With the span disabled
+    /// nothing is formatted or timed.
     pub async fn handle(&self, caller: Option<&Caller>, req: Request<Bytes>) -> Response<Body> {
+        let span = tracing::debug_span!(
+            "request",
+            verb = Empty,
+            resource = Empty,
+            path = Empty,
+            namespace = Empty,
+            name = Empty,
+            user = Empty,
+            code = Empty,
+            latency = Empty,
+        );
+        let started = (!span.is_disabled()).then(Instant::now);
+        let resp = self.route(caller, req, &span).instrument(span.clone()).await;
+        if let Some(started) = started {
+            span.record("code", resp.status().as_u16());
+            span.record("latency", tracing::field::debug(started.elapsed()));
+            span.in_scope(|| tracing::debug!("request done"));
+        }
+        resp
+    }
+
+    /// Routes a request: health checks, discovery, OpenAPI, or a resource through [`Self::dispatch`].
+    async fn route(
+        &self,
+        caller: Option<&Caller>,
+        req: Request<Bytes>,
+        span: &tracing::Span,
+    ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let query = Query::parse(req.uri().query());
+        // Resource paths are parsed before authentication only to name them on the span.
+        let target = match segs.as_slice() {
+            ["api", _, _, ..] | ["apis", _, _, _, ..] => Some(parse_target(&segs)),
+            _ => None,
+        };
+        if !span.is_disabled() {
+            match &target {
+                Some(Ok(t)) => record_target(span, req.method(), t, &query),
+                _ => {
+                    span.record("verb", display(method_verb(req.method())));
+                    span.record("path", display(&path));
+                }
+            }
+            if let Some(c) = caller {
+                span.record("user", display(&c.user));
+            }
+        }
         if req.method() == Method::GET && matches!(segs.as_slice(), ["healthz" | "livez" | "readyz", ..]) {
             return text_response(200, "ok");
         }
         if caller.is_none() {
             return error_response(&ApiError::unauthorized());
         }
-        let query = Query::parse(req.uri().query());
         let result = match (req.method().clone(), segs.as_slice()) {
             (Method::GET, ["version"]) => Ok(json_response(200, &discovery::version())),
             (Method::GET, ["api"]) | (Method::GET, ["apis"]) => {
@@ -307,29 +186,19 @@ impl Api {
             (Method::GET, ["apis", g, v]) => discovery::resource_list(g, v)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
-            (Method::GET, ["openapi", "v2"]) => Ok(openapi_v2_empty()),
+            (Method::GET, ["openapi", "v2"]) => Ok(openapi::v2_empty()),
             (Method::GET, ["openapi", "v3"]) => Ok(json_bytes_response(openapi::documents().root.clone())),
             (Method::GET, ["openapi", "v3", gv @ ..]) => openapi::documents()
                 .docs
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
-            (_, ["api", ..]) | (_, ["apis", ..]) => match parse_target(&segs) {
+            (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.
-                    let (result, warnings) = WARNINGS
-                        .scope(std::cell::RefCell::new(Vec::new()), async {
-                            let r = self.dispatch(req, t, query, caller).await;
-                            (r, WARNINGS.with(|w| w.take()))
-                        })
-                        .await;
+                    let (result, raised) = warnings::collect(self.dispatch(req, t, query, caller)).await;
                     result.map(|mut resp| {
-                        for w in warnings {
-                            let text = format!("299 - {}", serde_json::Value::String(w));
-                            if let Ok(v) = HeaderValue::from_str(&text) {
-                                resp.headers_mut().append(header::WARNING, v);
-                            }
-                        }
+                        warnings::attach(&mut resp, raised);
                         resp
                     })
                 }
@@ -367,7 +236,7 @@ impl Api {
         query: Query,
         caller: Option<&Caller>,
     ) -> Result<Response<Body>, ApiError> {
-        let want = want(&req);
+        let want = Want::of(&req);
         let method = req.method().clone();
         let explicit_manager = query.field_manager().is_some();
         let mut query = query;
@@ -467,66 +336,60 @@ impl Api {
     }
 }
 
-fn json_bytes_response(body: Bytes) -> Response<Body> {
-    let mut resp = Response::new(full(body));
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-/// kubectl validates manifests against OpenAPI before create/apply; an empty protobuf document
-/// is a valid (schema-less) answer, so validation is left to the server.
-fn openapi_v2_empty() -> Response<Body> {
-    let mut resp = Response::new(full(Bytes::new()));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
-    );
-    resp
-}
-
-/// Decodes a create/update body: Kubernetes protobuf (what kubectl 1.32's typed clients send) or
-/// JSON.
-pub(crate) fn parse_object_body(ct: &str, body: &Bytes) -> Result<Value, ApiError> {
-    if ct.split(';').next().unwrap_or_default().trim() == protobuf::MEDIA_TYPE {
-        return protobuf::decode(body).map_err(|e| {
-            ApiError::bad_request(format!("the request body could not be decoded as protobuf: {e}"))
-        });
+/// The Kubernetes verb of a request without a resource target (discovery, OpenAPI, health).
+fn method_verb(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        _ => "other",
     }
-    parse_json_body(ct, body)
 }
 
-/// Decodes a JSON (or YAML-flavoured JSON) request body into an object.
-pub(crate) fn parse_json_body(ct: &str, body: &Bytes) -> Result<Value, ApiError> {
-    let media = ct.split(';').next().unwrap_or_default().trim();
-    match media {
-        ""
-        | "application/json"
-        | "application/yaml"
-        | "application/apply-patch+yaml"
-        | "application/merge-patch+json"
-        | "application/json-patch+json"
-        | "application/strategic-merge-patch+json"
-        | "*/*" => {}
-        other => return Err(ApiError::unsupported_media_type(other)),
+/// Records a resource request's verb (as in Kubernetes audit logs), resource, namespace and name
+/// on the request span.
+fn record_target(span: &tracing::Span, m: &Method, t: &Target, q: &Query) {
+    let collection = t.name.is_none();
+    let verb = match *m {
+        Method::GET if collection && q.flag("watch") => "watch",
+        Method::GET if collection => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        _ => method_verb(m),
+    };
+    span.record("verb", display(verb));
+    span.record("resource", display(ResourceName(t)));
+    if let Some(ns) = &t.namespace {
+        span.record("namespace", display(ns));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the request body could not be decoded as JSON: {e}")))
+    if let Some(name) = &t.name {
+        span.record("name", display(name));
+    }
 }
 
-/// Reads a hyper body into bytes, refusing more than [`MAX_BODY`].
-pub async fn collect_body<B>(body: B) -> Result<Bytes, ApiError>
-where
-    B: hyper::body::Body<Data = Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let limited = http_body_util::Limited::new(body, MAX_BODY);
-    match limited.collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            Err(ApiError::too_large(MAX_BODY))
+/// A target's resource the way kubectl names it: `pods`, `deployments.apps`, `pods/log`,
+/// `deployments.apps/scale` (formatted only when a subscriber records it).
+struct ResourceName<'a>(&'a Target);
+
+impl std::fmt::Display for ResourceName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let res = self.0.res;
+        f.write_str(res.plural)?;
+        if !res.group.is_empty() {
+            write!(f, ".{}", res.group)?;
         }
-        Err(e) => Err(ApiError::bad_request(format!("reading the request body: {e}"))),
+        if let Some(sub) = &self.0.sub {
+            write!(f, "/{sub}")?;
+        }
+        Ok(())
     }
 }
 

@@ -904,3 +904,86 @@ async fn eviction_respects_disruption_budgets() {
         201
     );
 }
+
+/// Collects what a `fmt` subscriber writes.
+#[derive(Clone, Default)]
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut out) = self.0.lock() {
+            out.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Each request runs in one `request` span naming its verb, resource, namespace, name, user,
+/// status code and latency; what happens inside carries them (`RUST_LOG=controlplane=debug`).
+#[test]
+fn requests_run_in_one_span_each() {
+    let sink = LogSink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let f = fixture().await;
+            // Tests running in parallel (no subscriber) may have cached "never" for the span's
+            // call site while this subscriber was being set up.
+            tracing::callsite::rebuild_interest_cache();
+            let scale = "/apis/apps/v1/namespaces/default/deployments/web/scale";
+            assert_eq!(f.get(scale).await.0, 404);
+            // An unknown field dropped with a warning: the event carries the request's span.
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "bogus": 1});
+            assert_eq!(f.post("/api/v1/namespaces/default/configmaps", cm).await.0, 201);
+            let (code, _) = f
+                .call_as(None, Method::GET, "/api/v1/pods", "", "", "application/json")
+                .await;
+            assert_eq!(code, 401);
+            assert_eq!(f.get("/version").await.0, 200);
+        });
+    });
+    let out = sink
+        .0
+        .lock()
+        .map(|o| String::from_utf8_lossy(&o).into_owned())
+        .unwrap_or_default();
+    let done: Vec<&str> = out.lines().filter(|l| l.ends_with("request done")).collect();
+    assert_eq!(done.len(), 4, "{out}");
+    assert!(
+        done[0].contains(
+            "request{verb=get resource=deployments.apps/scale namespace=default name=web user=admin code=404 latency="
+        ),
+        "{out}"
+    );
+    assert!(
+        done[1].contains("request{verb=create resource=configmaps namespace=default user=admin code=201"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("request{verb=create resource=configmaps")
+                && l.contains("unknown fields dropped")),
+        "{out}"
+    );
+    assert!(
+        done[2].contains("request{verb=list resource=pods code=401"),
+        "{out}"
+    );
+    assert!(
+        done[3].contains("request{verb=get path=/version user=admin code=200"),
+        "{out}"
+    );
+}

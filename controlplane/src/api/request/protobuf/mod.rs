@@ -3,23 +3,21 @@
 //!
 //! A body is the magic `k8s\0` followed by a `runtime.Unknown`: its `typeMeta` names the
 //! apiVersion and kind, its `raw` holds the object's own protobuf message. The object is walked
-//! with the generated field table in [`schema`] (field numbers from the Go struct tags, JSON names,
-//! list markers), so every served kind decodes without per-kind code.
+//! with the generated field table of [`crate::api::schema`] (field numbers from the Go struct
+//! tags, JSON names, list markers), so every served kind decodes without per-kind code.
 //!
 //! Go's protobuf encoding writes non-pointer fields even when they hold their zero value, where
 //! its JSON encoding (`omitempty`) leaves them out. So that a protobuf body means what the same
 //! object sent as JSON means, zero values are dropped the way `omitempty` drops them: empty
 //! strings, zero timestamps and `0`/`false` scalars, except for the fields in
-//! [`ZERO_IS_A_VALUE`] (Go pointers whose zero is a setting, e.g. `replicas: 0`,
+//! `ZERO_IS_A_VALUE` (Go pointers whose zero is a setting, e.g. `replicas: 0`,
 //! `automountServiceAccountToken: false`). Messages are kept even when empty (`emptyDir: {}` is
 //! a setting; Go writes `{}` for empty structs too). Lists and map values are kept as they are.
 
-#[rustfmt::skip]
-mod schema;
-
 use serde_json::{Map, Value};
 
-use super::verbs::b64_bytes;
+use crate::api::object::b64_bytes;
+use crate::api::schema::{Field, Kind, MESSAGES, Message, Special, kind_message};
 
 /// The media type kubectl sends protobuf bodies with.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -80,64 +78,6 @@ const ZERO_IS_A_VALUE: &[&str] = &[
     "minAvailable",
 ];
 
-/// Messages with a JSON form of their own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Special {
-    /// `metav1.Time`: RFC 3339, seconds.
-    Time,
-    /// `metav1.MicroTime`: RFC 3339, microseconds.
-    MicroTime,
-    /// `metav1.Duration`: Go's duration string (no served kind has one today).
-    #[allow(dead_code)]
-    Duration,
-    /// `runtime.RawExtension`, `metav1.FieldsV1`: embedded JSON (or a nested protobuf object).
-    RawJson,
-    /// `resource.Quantity`: its string.
-    Quantity,
-    /// `intstr.IntOrString`: a number or a string.
-    IntOrString,
-}
-
-/// What a field holds.
-#[derive(Debug)]
-pub(super) enum Kind {
-    Str,
-    Bytes,
-    Bool,
-    Int,
-    /// (No served kind has a double today.)
-    #[allow(dead_code)]
-    Double,
-    /// A message: index into the message table.
-    Msg(usize),
-    /// `map<string, V>`.
-    Map(&'static Kind),
-}
-
-/// One field of a message.
-#[derive(Debug)]
-pub(super) struct Field {
-    pub tag: u32,
-    /// JSON name; empty for a Go embedded struct whose fields are inlined into the parent.
-    pub json: &'static str,
-    pub kind: Kind,
-    pub repeated: bool,
-    /// `+listType` (atomic, set, map), `+patchStrategy`, `+patchMergeKey`, `+listMapKey`s.
-    pub list_type: &'static str,
-    pub patch_strategy: &'static str,
-    pub merge_key: &'static str,
-    pub map_keys: &'static [&'static str],
-}
-
-/// One protobuf message type.
-#[derive(Debug)]
-pub(super) struct Message {
-    pub name: &'static str,
-    pub special: Option<Special>,
-    /// Sorted by tag.
-    pub fields: &'static [Field],
-}
-
 /// Why a protobuf body could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -170,50 +110,6 @@ pub enum DecodeError {
     TooDeep,
     #[error("timestamp {0} is out of range")]
     Time(i64),
-}
-
-pub(super) use schema::MESSAGES;
-
-/// The message index of a top-level kind.
-pub(super) fn kind_message(api_version: &str, kind: &str) -> Option<usize> {
-    schema::KINDS
-        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version, kind)))
-        .ok()
-        .map(|i| schema::KINDS[i].2)
-}
-
-/// The list markers of the table as OpenAPI extensions: (schema name, JSON field, extensions),
-/// e.g. `("io.k8s.api.core.v1.PodSpec", "containers", {"x-kubernetes-patch-merge-key": "name", ...})`.
-pub(super) fn list_markers() -> Vec<(String, &'static str, serde_json::Map<String, Value>)> {
-    let mut out = Vec::new();
-    for m in schema::MESSAGES {
-        let Some(rest) = m.name.strip_prefix("k8s.io.") else {
-            continue;
-        };
-        let def = format!("io.k8s.{rest}");
-        for f in m.fields.iter().filter(|f| !f.json.is_empty()) {
-            let mut ext = Map::new();
-            for (key, v) in [
-                ("x-kubernetes-list-type", f.list_type),
-                ("x-kubernetes-patch-strategy", f.patch_strategy),
-                ("x-kubernetes-patch-merge-key", f.merge_key),
-            ] {
-                if !v.is_empty() {
-                    ext.insert(key.into(), Value::String(v.into()));
-                }
-            }
-            if !f.map_keys.is_empty() {
-                ext.insert(
-                    "x-kubernetes-list-map-keys".into(),
-                    f.map_keys.iter().map(|k| Value::from(*k)).collect(),
-                );
-            }
-            if !ext.is_empty() {
-                out.push((def.clone(), f.json, ext));
-            }
-        }
-    }
-    out
 }
 
 /// Decodes a Kubernetes protobuf document into its JSON object (with apiVersion and kind).
@@ -267,7 +163,7 @@ fn message(idx: usize, data: &[u8], depth: usize) -> Result<Value, DecodeError> 
     if depth > MAX_DEPTH {
         return Err(DecodeError::TooDeep);
     }
-    let msg = &schema::MESSAGES[idx];
+    let msg = &MESSAGES[idx];
     if let Some(special) = msg.special {
         return special_value(msg, special, data, depth);
     }

@@ -362,36 +362,3 @@ fn go_durations() {
     assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
     assert_eq!(go_duration(-1_500_000_000), "-1.5s");
 }
-
-/// The generated table is consistent: sorted tags, indices in range, kinds sorted for lookup.
-#[test]
-fn schema_table_is_consistent() {
-    for m in schema::MESSAGES {
-        assert!(
-            m.fields.windows(2).all(|w| w[0].tag < w[1].tag),
-            "{} tags unsorted",
-            m.name
-        );
-        for f in m.fields {
-            if let Kind::Msg(i) | Kind::Map(&Kind::Msg(i)) = f.kind {
-                assert!(i < schema::MESSAGES.len());
-            }
-        }
-    }
-    assert!(
-        schema::KINDS
-            .windows(2)
-            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
-    );
-    for (v, k) in [
-        ("v1", "Pod"),
-        ("apps/v1", "Deployment"),
-        ("batch/v1", "Job"),
-        ("v1", "Namespace"),
-    ] {
-        assert!(
-            schema::KINDS.iter().any(|(a, b, _)| (*a, *b) == (v, k)),
-            "{v} {k}"
-        );
-    }
-}

@@ -12,9 +12,12 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::status::ApiError;
-use super::verbs::{Filter, decode};
-use super::{Api, Body, ChannelBody, Query, Target, Want, table};
+use super::filter_of;
+use crate::api::Api;
+use crate::api::object::stored::{decode, store_err};
+use crate::api::output::{Body, ChannelBody, table};
+use crate::api::request::{Query, Target, Want};
+use crate::api::status::ApiError;
 use crate::storage::{EventKind, StoreError};
 
 /// How often a watch that allows bookmarks gets one.
@@ -109,7 +112,7 @@ impl WatchCache {
 
 impl Api {
     pub(crate) async fn watch(&self, t: &Target, q: &Query, want: Want) -> Result<Response<Body>, ApiError> {
-        let filter = Filter::from_query(t.res, q)?;
+        let filter = filter_of(t.res, q)?;
         let prefix = match &t.namespace {
             Some(ns) => t.res.namespace_prefix(ns),
             None => t.res.key_prefix(),
@@ -131,11 +134,7 @@ impl Api {
         };
         // Starting point: unset or "0" means "now", preceded by ADDED for every existing object.
         let (start, initial) = if rv.is_empty() || rv == "0" {
-            let page = self
-                .store
-                .list(&prefix, None, 0)
-                .await
-                .map_err(super::verbs::store_err)?;
+            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
             let mut objs = Vec::new();
             for kv in &page.items {
                 let o = decode(kv)?;

@@ -1,143 +1,17 @@
-//! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge patch.
-//!
-//! Strategic merge follows the Go types' markers ([`Type`]): lists with `patchStrategy: merge`
-//! and a merge key (containers by `name`, container ports by `containerPort`, Service ports by
-//! `port`, ...) are merged element by element, lists of scalars with `patchStrategy: merge`
-//! (finalizers) as sets; `$patch: delete|replace` on map and list elements,
-//! `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys` are honoured;
-//! other lists are replaced.
+//! Strategic merge patch. It follows the Go types' markers ([`Type`]): lists with
+//! `patchStrategy: merge` and a merge key (containers by `name`, container ports by
+//! `containerPort`, Service ports by `port`, ...) are merged element by element, lists of scalars
+//! with `patchStrategy: merge` (finalizers) as sets; `$patch: delete|replace` on map and list
+//! elements, `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys` are
+//! honoured; other lists are replaced.
 
 use serde_json::{Map, Value};
 
-use super::types::Type;
-
-pub use kcore::json::merge_patch;
-
-fn unescape(token: &str) -> String {
-    token.replace("~1", "/").replace("~0", "~")
-}
-
-fn pointer_parts(path: &str) -> Result<Vec<String>, String> {
-    if path.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rest = path
-        .strip_prefix('/')
-        .ok_or_else(|| format!("invalid JSON pointer {path:?}"))?;
-    Ok(rest.split('/').map(unescape).collect())
-}
-
-fn parent_mut<'a>(doc: &'a mut Value, parts: &[String]) -> Result<&'a mut Value, String> {
-    let mut cur = doc;
-    for p in &parts[..parts.len().saturating_sub(1)] {
-        cur = match cur {
-            Value::Object(m) => m
-                .get_mut(p)
-                .ok_or_else(|| format!("path segment {p:?} not found"))?,
-            Value::Array(a) => {
-                let i: usize = p.parse().map_err(|_| format!("invalid array index {p:?}"))?;
-                a.get_mut(i)
-                    .ok_or_else(|| format!("array index {i} out of range"))?
-            }
-            _ => return Err(format!("cannot descend into {p:?}")),
-        };
-    }
-    Ok(cur)
-}
-
-fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
-    let parts = pointer_parts(path)?;
-    let Some(last) = parts.last().cloned() else {
-        *doc = value;
-        return Ok(());
-    };
-    match parent_mut(doc, &parts)? {
-        Value::Object(m) => {
-            m.insert(last, value);
-            Ok(())
-        }
-        Value::Array(a) => {
-            if last == "-" {
-                a.push(value);
-                return Ok(());
-            }
-            let i: usize = last
-                .parse()
-                .map_err(|_| format!("invalid array index {last:?}"))?;
-            if i > a.len() {
-                return Err(format!("array index {i} out of range"));
-            }
-            a.insert(i, value);
-            Ok(())
-        }
-        _ => Err(format!("cannot add at {path:?}")),
-    }
-}
-
-fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
-    let parts = pointer_parts(path)?;
-    let last = parts.last().cloned().ok_or("cannot remove the whole document")?;
-    match parent_mut(doc, &parts)? {
-        Value::Object(m) => m.remove(&last).ok_or_else(|| format!("path {path:?} not found")),
-        Value::Array(a) => {
-            let i: usize = last
-                .parse()
-                .map_err(|_| format!("invalid array index {last:?}"))?;
-            if i >= a.len() {
-                return Err(format!("array index {i} out of range"));
-            }
-            Ok(a.remove(i))
-        }
-        _ => Err(format!("path {path:?} not found")),
-    }
-}
-
-/// RFC 6902 JSON patch.
-pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
-    let ops = ops
-        .as_array()
-        .ok_or("a JSON patch must be an array of operations")?;
-    for op in ops {
-        let kind = op["op"].as_str().ok_or("operation without \"op\"")?;
-        let path = op["path"].as_str().ok_or("operation without \"path\"")?;
-        match kind {
-            "add" => add(doc, path, op.get("value").cloned().ok_or("add without value")?)?,
-            "remove" => {
-                remove(doc, path)?;
-            }
-            "replace" => {
-                remove(doc, path).or_else(|e| if path.is_empty() { Ok(Value::Null) } else { Err(e) })?;
-                add(
-                    doc,
-                    path,
-                    op.get("value").cloned().ok_or("replace without value")?,
-                )?;
-            }
-            "move" | "copy" => {
-                let from = op["from"].as_str().ok_or("move/copy without from")?;
-                let v = if kind == "move" {
-                    remove(doc, from)?
-                } else {
-                    doc.pointer(from)
-                        .cloned()
-                        .ok_or_else(|| format!("path {from:?} not found"))?
-                };
-                add(doc, path, v)?;
-            }
-            "test" => {
-                let want = op.get("value").ok_or("test without value")?;
-                if doc.pointer(path) != Some(want) {
-                    return Err(format!("test failed at {path:?}"));
-                }
-            }
-            other => return Err(format!("unknown JSON patch operation {other:?}")),
-        }
-    }
-    Ok(())
-}
+use super::PatchError;
+use crate::api::schema::Type;
 
 /// Strategic merge patch of `patch` into `target`, of type `ty`.
-pub fn strategic_merge(target: &mut Value, patch: &Value, ty: Type) -> Result<(), String> {
+pub fn strategic_merge(target: &mut Value, patch: &Value, ty: Type) -> Result<(), PatchError> {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return Ok(());
@@ -211,16 +85,14 @@ fn merge_list(
     key: &str,
     order: Option<&[Value]>,
     item_ty: Type,
-) -> Result<(), String> {
+) -> Result<(), PatchError> {
     if !cur.is_array() {
         *cur = Value::Array(Vec::new());
     }
     let Value::Array(list) = cur else { return Ok(()) };
     for it in items {
         let Some(kv) = it.get(key) else {
-            return Err(format!(
-                "strategic merge patch: list element without merge key {key:?}"
-            ));
+            return Err(PatchError::NoMergeKey(key.into()));
         };
         let pos = list.iter().position(|x| x.get(key) == Some(kv));
         match (it.get("$patch").and_then(Value::as_str), pos) {
@@ -257,37 +129,9 @@ fn merge_list(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
 
-    #[test]
-    fn merge_patch_sets_and_removes() {
-        let mut d = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
-        merge_patch(&mut d, &json!({"metadata": {"labels": {"a": null, "c": "3"}}}));
-        assert_eq!(d, json!({"metadata": {"labels": {"b": "2", "c": "3"}}}));
-    }
-
-    #[test]
-    fn json_patch_ops() {
-        let mut d = json!({"spec": {"template": {"x": 1}}, "list": [1, 2]});
-        json_patch(
-            &mut d,
-            &json!([
-                {"op": "replace", "path": "/spec/template", "value": {"y": 2}},
-                {"op": "add", "path": "/list/-", "value": 3},
-                {"op": "remove", "path": "/list/0"},
-                {"op": "test", "path": "/list/0", "value": 2},
-                {"op": "add", "path": "/metadata~1x", "value": true}
-            ]),
-        )
-        .expect("patch");
-        assert_eq!(
-            d,
-            json!({"spec": {"template": {"y": 2}}, "list": [2, 3], "metadata/x": true})
-        );
-        assert!(json_patch(&mut d, &json!([{"op": "test", "path": "/list/0", "value": 9}])).is_err());
-        assert!(json_patch(&mut d, &json!({"op": "add"})).is_err());
-    }
+    use super::*;
 
     fn deployment() -> Type {
         Type::of_kind("apps/v1", "Deployment")

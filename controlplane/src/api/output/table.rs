@@ -5,8 +5,8 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::object::age;
-use super::registry::Resource;
+use crate::api::object::age;
+use crate::api::registry::Resource;
 
 struct Column {
     name: &'static str,

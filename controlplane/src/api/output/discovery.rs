@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::registry::{self, RESOURCES, Resource};
+use crate::api::registry::{self, RESOURCES, Resource};
 
 /// The Kubernetes version the server reports (kubectl's dispatcher picks the matching client).
 pub const KUBE_MAJOR: &str = "1";

@@ -5,11 +5,12 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::object;
-use super::registry::{self, RESOURCES, Resource};
-use super::status::ApiError;
-use super::verbs::{decode, encode, name_of, store_err};
-use super::{Api, Query, Target, Want};
+use crate::api::Api;
+use crate::api::object::stored::{decode, encode, store_err};
+use crate::api::object::{self, name_of};
+use crate::api::registry::{self, RESOURCES, Resource};
+use crate::api::request::{Query, Target, Want};
+use crate::api::status::ApiError;
 use crate::storage::{StoreError, Write};
 
 impl Api {

@@ -4,7 +4,7 @@
 //! `schemars` implementations, with the upstream descriptions), so `kubectl explain` shows the
 //! real documentation. Each served kind's schema gets `x-kubernetes-group-version-kind`; list
 //! fields get the `x-kubernetes-patch-*`/`x-kubernetes-list-*` markers from the protobuf field
-//! table (`protobuf::list_markers`). Every resource's item path carries a `patch` operation with
+//! table (`schema::list_markers`). Every resource's item path carries a `patch` operation with
 //! the `fieldValidation` parameter, which tells kubectl that the server validates fields, so it
 //! sends `fieldValidation=Strict` and skips its own (OpenAPI v2) validation.
 //!
@@ -17,14 +17,17 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
+use http::{HeaderValue, Response, header};
 use k8s_openapi::schemars::SchemaGenerator;
 use k8s_openapi::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::discovery::{KUBE_MAJOR, KUBE_MINOR};
-use super::registry::{RESOURCES, Resource};
-use super::status::ApiError;
+use super::{Body, full};
+use crate::api::registry::{RESOURCES, Resource};
+use crate::api::schema;
+use crate::api::status::ApiError;
 
 const REF_PREFIX: &str = "#/components/schemas/";
 
@@ -45,6 +48,17 @@ pub struct Documents {
 pub fn documents() -> &'static Documents {
     static DOCS: OnceLock<Documents> = OnceLock::new();
     DOCS.get_or_init(build)
+}
+
+/// kubectl validates manifests against OpenAPI before create/apply; an empty protobuf document
+/// is a valid (schema-less) answer, so validation is left to the server.
+pub(crate) fn v2_empty() -> Response<Body> {
+    let mut resp = Response::new(full(Bytes::new()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
+    );
+    resp
 }
 
 macro_rules! kinds {
@@ -115,7 +129,7 @@ fn build() -> Documents {
     for r in RESOURCES {
         gvs.entry((r.group, r.version)).or_default().push(r);
     }
-    let markers = super::protobuf::list_markers();
+    let markers = schema::list_markers();
     let (mut docs, mut all, mut root_paths) = (BTreeMap::new(), Map::new(), Map::new());
     let mut kind_names = BTreeMap::new();
     for ((group, version), resources) in gvs {

@@ -1,11 +1,117 @@
-//! Type information of the served kinds: which fields a message has, what they hold, and how
-//! their lists merge. It comes from the generated field table (`protobuf/schema.rs`: field
-//! numbers, JSON names and the `+listType`/`+patchStrategy`/`+patchMergeKey`/`+listMapKey`
-//! markers of the Go types), so strategic merge patch and server-side apply follow the same
-//! per-type rules as the Go API server (Service `ports` merge by `port`, container `ports` by
-//! `containerPort`, ...).
+//! The type schema of the served kinds: which fields a message has, what they hold, and how
+//! their lists merge. It is the generated field table in `table.rs` (field numbers, JSON names and
+//! the `+listType`/`+patchStrategy`/`+patchMergeKey`/`+listMapKey` markers of the Go types, made
+//! by `controlplane/tools/gen-protobuf-schema.py`), seen two ways: as raw `Message`s for the
+//! protobuf request decoder, and as a [`Type`] tree so that strategic merge patch and server-side
+//! apply follow the same per-type rules as the Go API server (Service `ports` merge by `port`,
+//! container `ports` by `containerPort`, ...).
 
-use super::protobuf::{Field, Kind, MESSAGES, kind_message};
+#[rustfmt::skip]
+mod table;
+
+use serde_json::{Map, Value};
+
+pub(crate) use table::MESSAGES;
+
+/// Messages with a JSON form of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Special {
+    /// `metav1.Time`: RFC 3339, seconds.
+    Time,
+    /// `metav1.MicroTime`: RFC 3339, microseconds.
+    MicroTime,
+    /// `metav1.Duration`: Go's duration string (no served kind has one today).
+    #[allow(dead_code)]
+    Duration,
+    /// `runtime.RawExtension`, `metav1.FieldsV1`: embedded JSON (or a nested protobuf object).
+    RawJson,
+    /// `resource.Quantity`: its string.
+    Quantity,
+    /// `intstr.IntOrString`: a number or a string.
+    IntOrString,
+}
+
+/// What a field holds.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    Str,
+    Bytes,
+    Bool,
+    Int,
+    /// (No served kind has a double today.)
+    #[allow(dead_code)]
+    Double,
+    /// A message: index into the message table.
+    Msg(usize),
+    /// `map<string, V>`.
+    Map(&'static Kind),
+}
+
+/// One field of a message.
+#[derive(Debug)]
+pub(crate) struct Field {
+    pub tag: u32,
+    /// JSON name; empty for a Go embedded struct whose fields are inlined into the parent.
+    pub json: &'static str,
+    pub kind: Kind,
+    pub repeated: bool,
+    /// `+listType` (atomic, set, map), `+patchStrategy`, `+patchMergeKey`, `+listMapKey`s.
+    pub list_type: &'static str,
+    pub patch_strategy: &'static str,
+    pub merge_key: &'static str,
+    pub map_keys: &'static [&'static str],
+}
+
+/// One protobuf message type.
+#[derive(Debug)]
+pub(crate) struct Message {
+    pub name: &'static str,
+    pub special: Option<Special>,
+    /// Sorted by tag.
+    pub fields: &'static [Field],
+}
+
+/// The message index of a top-level kind.
+pub(crate) fn kind_message(api_version: &str, kind: &str) -> Option<usize> {
+    table::KINDS
+        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version, kind)))
+        .ok()
+        .map(|i| table::KINDS[i].2)
+}
+
+/// The list markers of the table as OpenAPI extensions: (schema name, JSON field, extensions),
+/// e.g. `("io.k8s.api.core.v1.PodSpec", "containers", {"x-kubernetes-patch-merge-key": "name", ...})`.
+pub(crate) fn list_markers() -> Vec<(String, &'static str, Map<String, Value>)> {
+    let mut out = Vec::new();
+    for m in MESSAGES {
+        let Some(rest) = m.name.strip_prefix("k8s.io.") else {
+            continue;
+        };
+        let def = format!("io.k8s.{rest}");
+        for f in m.fields.iter().filter(|f| !f.json.is_empty()) {
+            let mut ext = Map::new();
+            for (key, v) in [
+                ("x-kubernetes-list-type", f.list_type),
+                ("x-kubernetes-patch-strategy", f.patch_strategy),
+                ("x-kubernetes-patch-merge-key", f.merge_key),
+            ] {
+                if !v.is_empty() {
+                    ext.insert(key.into(), Value::String(v.into()));
+                }
+            }
+            if !f.map_keys.is_empty() {
+                ext.insert(
+                    "x-kubernetes-list-map-keys".into(),
+                    f.map_keys.iter().map(|k| Value::from(*k)).collect(),
+                );
+            }
+            if !ext.is_empty() {
+                out.push((def.clone(), f.json, ext));
+            }
+        }
+    }
+    out
+}
 
 /// A position in the type tree: a message, or unknown (no schema: lists are atomic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +220,36 @@ fn find_field(msg: usize, name: &str, depth: usize) -> Option<&'static Field> {
 mod tests {
     use super::*;
     use crate::api::registry::RESOURCES;
+
+    /// The generated table is consistent: sorted tags, indices in range, kinds sorted for lookup.
+    #[test]
+    fn table_is_consistent() {
+        for m in MESSAGES {
+            assert!(
+                m.fields.windows(2).all(|w| w[0].tag < w[1].tag),
+                "{} tags unsorted",
+                m.name
+            );
+            for f in m.fields {
+                if let Kind::Msg(i) | Kind::Map(&Kind::Msg(i)) = f.kind {
+                    assert!(i < MESSAGES.len());
+                }
+            }
+        }
+        assert!(
+            table::KINDS
+                .windows(2)
+                .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
+        );
+        for (v, k) in [
+            ("v1", "Pod"),
+            ("apps/v1", "Deployment"),
+            ("batch/v1", "Job"),
+            ("v1", "Namespace"),
+        ] {
+            assert!(table::KINDS.iter().any(|(a, b, _)| (*a, *b) == (v, k)), "{v} {k}");
+        }
+    }
 
     #[test]
     fn every_served_kind_has_a_type() {

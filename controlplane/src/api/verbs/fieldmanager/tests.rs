@@ -1,5 +1,6 @@
 use serde_json::json;
 
+use super::fieldset::Step;
 use super::*;
 
 fn deploy() -> Type {

@@ -11,12 +11,12 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::admission::selector_requirements;
-use super::object::labels_match;
-use super::registry::{self, Resource};
-use super::status::{self, ApiError};
-use super::verbs::{decode, store_err};
-use super::{Api, Query, Target};
+use crate::api::Api;
+use crate::api::object::selector::{labels_match, selector_requirements};
+use crate::api::object::stored::{decode, store_err};
+use crate::api::registry::{self, Resource};
+use crate::api::request::{Query, Target};
+use crate::api::status::{self, ApiError};
 
 /// How long a disrupted pod counts as gone before its deletion is seen.
 const DISRUPTION_WINDOW_SECS: i64 = 120;
@@ -105,7 +105,7 @@ fn too_many_requests(pdb_name: &str, b: &Budget) -> ApiError {
 }
 
 impl Api {
-    /// POST pods/<name>/eviction.
+    /// `POST pods/<name>/eviction`.
     pub(crate) async fn evict(&self, t: &Target) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());

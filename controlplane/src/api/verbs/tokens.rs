@@ -8,8 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::status::ApiError;
-use super::{Api, Caller, Target};
+use crate::api::Api;
+use crate::api::registry;
+use crate::api::request::{Caller, Target};
+use crate::api::status::ApiError;
 
 /// Issuer and default audience of the tokens.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -21,7 +23,7 @@ const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 48 * 3600;
 
 impl Api {
-    /// POST serviceaccounts/<name>/token.
+    /// `POST serviceaccounts/<name>/token`.
     pub(crate) async fn token_request(&self, t: &Target, body: Value) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
@@ -84,7 +86,7 @@ impl Api {
         let sub = claims["sub"].as_str()?;
         let rest = sub.strip_prefix("system:serviceaccount:")?;
         let (ns, name) = rest.split_once(':')?;
-        let res = super::registry::find("", "v1", "serviceaccounts")?;
+        let res = registry::find("", "v1", "serviceaccounts")?;
         let (sa, _) = self.read_object(res, Some(ns), name).await.ok()?;
         if sa["metadata"]["uid"] != claims["kubernetes.io"]["serviceaccount"]["uid"] {
             return None;

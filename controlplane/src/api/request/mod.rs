@@ -1,0 +1,44 @@
+//! What a request asks for, decoded: who calls ([`Caller`]), which resource (`Target`), the
+//! query parameters (`Query`), the response form (`Want`) and the body (`body`: JSON or
+//! Kubernetes protobuf through [`protobuf`]).
+
+pub(crate) mod body;
+pub mod protobuf;
+mod query;
+mod target;
+
+use bytes::Bytes;
+use http::{Request, header};
+
+pub(crate) use query::Query;
+pub(crate) use target::{Target, parse_target};
+
+/// Who is calling (from the client certificate or a bearer token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// What the client asked the response to look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    Object,
+    Table,
+}
+
+impl Want {
+    /// From the request's `Accept` header: a server-side table (`as=Table`) or the object.
+    pub(crate) fn of(req: &Request<Bytes>) -> Self {
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if accept.contains("as=Table") {
+            Want::Table
+        } else {
+            Want::Object
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! `pods/<name>/log`: the agent's `/containerLogs/<namespace>/<pod>/<container>`, streamed
+//! through to the client.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use http_body_util::{BodyExt, Empty};
+use tokio::sync::mpsc;
+
+use super::{AgentConnectError, agent_connect, agent_error, may_reach_agents, pick_container};
+use crate::api::Api;
+use crate::api::output::{Body, ChannelBody};
+use crate::api::request::{Caller, Query, Target};
+use crate::api::status::ApiError;
+
+/// Query parameters passed on to the agent.
+/// Query parameters passed on to the agent.
+const LOG_PARAMS: &[&str] = &[
+    "follow",
+    "tailLines",
+    "timestamps",
+    "previous",
+    "sinceSeconds",
+    "limitBytes",
+];
+
+impl Api {
+    pub(crate) async fn pod_log(
+        &self,
+        t: &Target,
+        q: &Query,
+        caller: Option<&Caller>,
+    ) -> Result<Response<Body>, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
+        may_reach_agents(caller, "pods/log", &name, &ns)?;
+        let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
+        let container = pick_container(&pod, &name, q.get("container"))?;
+        let (node, addr) = self.agent_of(&pod, &name).await?;
+        let mut query: Vec<String> = Vec::new();
+        for p in LOG_PARAMS {
+            if let Some(v) = q.get(p) {
+                query.push(format!("{p}={}", v.replace(['&', '#', ' '], "")));
+            }
+        }
+        let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
+        let tls = self.agent_tls()?;
+        let unreachable = |e: AgentConnectError| e.into_api_error(&node, addr);
+        let mut send = agent_connect(addr, tls, false).await.map_err(unreachable)?;
+        let req = http::Request::get(path)
+            .header(header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let resp = send.send_request(req).await.map_err(|e| unreachable(e.into()))?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(agent_error(&node, resp).await);
+        }
+        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let mut body = resp.into_body();
+        tokio::spawn(async move {
+            loop {
+                // A client that leaves ends the agent request too (a quiet `logs -f` included).
+                let frame = tokio::select! {
+                    f = body.frame() => f,
+                    _ = tx.closed() => return,
+                };
+                let Some(Ok(frame)) = frame else { return };
+                if let Ok(data) = frame.into_data()
+                    && tx.send(data).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let mut out = Response::new(ChannelBody { rx }.boxed());
+        out.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        Ok(out)
+    }
+}

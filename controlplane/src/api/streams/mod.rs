@@ -1,0 +1,265 @@
+//! The pod subresources served by the node agent: `pods/<name>/log` (the agent's
+//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through) and `pods/<name>/exec`
+//! (a WebSocket upgrade spliced to the agent's `/exec/...`).
+//!
+//! The agent is reached at the Node's `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`, for
+//! nodes behind NAT such as QEMU guests with a host forward), else its InternalIP and
+//! `status.daemonEndpoints.kubeletEndpoint.Port`. The API server authenticates with a client
+//! certificate from the cluster CA (`system:masters`); like an API server without
+//! `--kubelet-certificate-authority`, it does not verify the agent's self-signed serving
+//! certificate.
+
+mod exec;
+mod logs;
+mod tls;
+
+pub(crate) use tls::AgentTlsError;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use serde_json::Value;
+
+use crate::api::Api;
+use crate::api::registry;
+use crate::api::request::Caller;
+use crate::api::status::ApiError;
+
+/// The Node annotation with the agent's `IP:PORT` (set by agents behind NAT).
+pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Api {
+    /// The node a pod runs on and where its agent listens.
+    async fn agent_of(&self, pod: &Value, name: &str) -> Result<(String, SocketAddr), ApiError> {
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+        let nodes =
+            registry::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes not served"))?;
+        let (node_obj, _) = self.read_object(nodes, None, node).await?;
+        let addr = agent_address(&node_obj).ok_or_else(|| {
+            ApiError::bad_request(format!("node {node} has no address to reach its agent at"))
+        })?;
+        Ok((node.to_string(), addr))
+    }
+
+    /// The TLS client configuration for agents (built on first use).
+    fn agent_tls(&self) -> Result<Arc<rustls::ClientConfig>, ApiError> {
+        self.agent_tls
+            .get_or_init(|| tls::client_config(self.pki.as_deref()).map_err(Arc::new))
+            .as_ref()
+            .map(Arc::clone)
+            .map_err(|e| ApiError::internal(e.to_string()))
+    }
+}
+
+/// Logs and exec run with the API server's `system:masters` client certificate on the node, so
+/// nodes and bootstrapping callers may not ask for them (there is no RBAC yet; this is the part of
+/// it that keeps a node or a bootstrap token from reaching every other workload).
+fn may_reach_agents(caller: Option<&Caller>, resource: &str, name: &str, ns: &str) -> Result<(), ApiError> {
+    let Some(c) = caller else {
+        return Err(ApiError::unauthorized());
+    };
+    if c.groups
+        .iter()
+        .any(|g| g == "system:nodes" || g == "system:bootstrappers")
+    {
+        let verb = if resource == "pods/log" { "get" } else { "create" };
+        return Err(ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!(
+                "pods \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
+                c.user
+            ),
+            details: Some(serde_json::json!({"name": name, "kind": "pods"})),
+        });
+    }
+    Ok(())
+}
+
+/// The container to read: named, or the pod's only one.
+fn pick_container<'a>(pod: &'a Value, name: &str, wanted: Option<&'a str>) -> Result<&'a str, ApiError> {
+    let names = |list: &str| -> Vec<&'a str> {
+        pod["spec"][list]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default()
+    };
+    let (containers, inits) = (names("containers"), names("initContainers"));
+    match wanted.filter(|c| !c.is_empty()) {
+        Some(c) if containers.contains(&c) || inits.contains(&c) => Ok(c),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        ))),
+        None if containers.len() == 1 => Ok(containers[0]),
+        None => {
+            let mut msg = format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                containers.join(" ")
+            );
+            if !inits.is_empty() {
+                msg.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+            }
+            Err(ApiError::bad_request(msg))
+        }
+    }
+}
+
+/// Where a node's agent listens.
+fn agent_address(node: &Value) -> Option<SocketAddr> {
+    if let Some(a) = node["metadata"]["annotations"][KUBELET_ENDPOINT_ANNOTATION].as_str() {
+        return a.parse().ok();
+    }
+    let ip: IpAddr = node["status"]["addresses"]
+        .as_array()?
+        .iter()
+        .find(|a| a["type"] == "InternalIP")?["address"]
+        .as_str()?
+        .parse()
+        .ok()?;
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .unwrap_or(10250);
+    Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
+}
+
+/// Why an agent cannot be reached.
+#[derive(Debug, thiserror::Error)]
+enum AgentConnectError {
+    #[error("connection timed out")]
+    Timeout,
+    /// TCP or TLS.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+}
+
+impl AgentConnectError {
+    /// The API error of a request that could not reach the agent of `node` at `addr`.
+    fn into_api_error(self, node: &str, addr: SocketAddr) -> ApiError {
+        ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {self}"))
+    }
+}
+
+/// An HTTP/1.1 connection to an agent (driven by a spawned task; with upgrades for exec).
+async fn agent_connect(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    upgrades: bool,
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, AgentConnectError> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| AgentConnectError::Timeout)??;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await?;
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    if upgrades {
+        tokio::spawn(conn.with_upgrades());
+    } else {
+        tokio::spawn(conn);
+    }
+    Ok(send)
+}
+
+/// An agent's error answer as an API error (its text body is the message).
+async fn agent_error(node: &str, resp: http::Response<hyper::body::Incoming>) -> ApiError {
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let msg = String::from_utf8_lossy(&body).trim().to_string();
+    match status {
+        404 => ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: msg,
+            details: None,
+        },
+        400 => ApiError::bad_request(msg),
+        _ => ApiError::internal(format!("agent of node {node}: HTTP {status}: {msg}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn container_choice_and_messages() {
+        let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "init"}]}});
+        assert_eq!(pick_container(&pod, "p", Some("b")).ok(), Some("b"));
+        assert_eq!(pick_container(&pod, "p", Some("init")).ok(), Some("init"));
+        assert_eq!(
+            pick_container(&pod, "p", Some("x")).map_err(|e| e.message),
+            Err("container x is not valid for pod p".into())
+        );
+        assert_eq!(
+            pick_container(&pod, "p", None).map_err(|e| e.message),
+            Err("a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [init]".into())
+        );
+        let one = json!({"spec": {"containers": [{"name": "only"}]}});
+        assert_eq!(pick_container(&one, "p", None).ok(), Some("only"));
+    }
+
+    #[test]
+    fn nodes_and_bootstrappers_may_not_reach_agents() {
+        let who = |user: &str, group: &str| Caller {
+            user: user.into(),
+            groups: vec![group.into()],
+        };
+        let node = who("system:node:n1", "system:nodes");
+        let err = may_reach_agents(Some(&node), "pods/exec", "web", "default").expect_err("refused");
+        assert_eq!((err.code, err.reason), (403, "Forbidden"));
+        assert_eq!(
+            err.message,
+            "pods \"web\" is forbidden: User \"system:node:n1\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
+        );
+        let boot = who("system:bootstrap:abcdef", "system:bootstrappers");
+        assert!(may_reach_agents(Some(&boot), "pods/log", "web", "default").is_err());
+        assert!(
+            may_reach_agents(
+                Some(&who("admin", "system:masters")),
+                "pods/log",
+                "web",
+                "default"
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            may_reach_agents(None, "pods/log", "web", "default").map_err(|e| e.code),
+            Err(401)
+        );
+    }
+
+    #[test]
+    fn agent_address_from_annotation_or_node_ip() {
+        let natted = json!({"metadata": {"annotations": {KUBELET_ENDPOINT_ANNOTATION: "127.0.0.1:40123"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.2.15"}]}});
+        assert_eq!(
+            agent_address(&natted),
+            Some("127.0.0.1:40123".parse().expect("addr"))
+        );
+        let plain = json!({"status": {"addresses": [{"type": "Hostname", "address": "n"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}});
+        assert_eq!(
+            agent_address(&plain),
+            Some("10.0.0.5:10250".parse().expect("addr"))
+        );
+        assert_eq!(agent_address(&json!({"status": {}})), None);
+    }
+}

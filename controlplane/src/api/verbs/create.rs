@@ -1,0 +1,198 @@
+//! POST: create (generateName, uid, timestamps, generation, admission, field ownership), and
+//! what a new namespace starts with.
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::{Fields, drop_unknown_fields, fieldmanager, writer};
+use crate::api::Api;
+use crate::api::admission::{self, check_shape, check_type};
+use crate::api::object::stored::{encode, store_err_for, stored_at};
+use crate::api::object::{self, name_of};
+use crate::api::registry::{self, Resource};
+use crate::api::request::{Caller, Query, Target};
+use crate::api::schema::Type;
+use crate::api::status::ApiError;
+use crate::storage::Write;
+
+/// A client does not set the status of what it creates: kinds with a status subresource start
+/// from an empty status (Go's `PrepareForCreate`), except nodes (their agent reports status at
+/// registration), pods and namespaces (admission sets theirs) and volumes and claims.
+fn reset_status_on_create(res: &Resource, obj: &mut Value) {
+    let keep = res.group.is_empty()
+        && matches!(
+            res.kind,
+            "Node" | "Pod" | "Namespace" | "PersistentVolume" | "PersistentVolumeClaim"
+        );
+    if !res.has_subresource("status") || keep {
+        return;
+    }
+    obj["status"] = if res.group.is_empty() && res.kind == "Service" {
+        json!({"loadBalancer": {}})
+    } else {
+        json!({})
+    };
+}
+
+impl Api {
+    /// POST: create. Returns (HTTP code, object).
+    pub(crate) async fn create(
+        &self,
+        t: &Target,
+        obj: Value,
+        q: &Query,
+        caller: Option<&Caller>,
+    ) -> Result<(u16, Value), ApiError> {
+        self.create_as(t, obj, q, caller, Fields::Record).await
+    }
+
+    /// Create, with `fields` saying whether the write's field ownership is still to be recorded.
+    pub(crate) async fn create_as(
+        &self,
+        t: &Target,
+        mut obj: Value,
+        q: &Query,
+        caller: Option<&Caller>,
+        fields: Fields,
+    ) -> Result<(u16, Value), ApiError> {
+        let res = t.res;
+        check_shape(res, &obj)?;
+        check_type(res, &obj)?;
+        drop_unknown_fields(res, &mut obj, q)?;
+        obj["apiVersion"] = json!(res.api_version());
+        obj["kind"] = json!(res.kind);
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let ns = if res.namespaced {
+            let body_ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+            let ns = t
+                .namespace
+                .clone()
+                .or(body_ns.clone())
+                .unwrap_or_else(|| "default".into());
+            if body_ns.is_some_and(|b| b != ns) {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+            Some(ns)
+        } else {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("namespace");
+            }
+            None
+        };
+        if name_of(&obj).is_empty() {
+            match obj["metadata"]["generateName"].as_str() {
+                Some(g) if !g.is_empty() => {
+                    obj["metadata"]["name"] = json!(format!("{g}{}", object::random_suffix()))
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        res,
+                        "",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    ));
+                }
+            }
+        }
+        if let Some(ns) = &ns {
+            self.namespace_active(ns).await?;
+        }
+        reset_status_on_create(res, &mut obj);
+        admission::admit(res, &mut obj, true)?;
+        let meta = &mut obj["metadata"];
+        meta["uid"] = json!(object::new_uid());
+        meta["creationTimestamp"] = json!(object::rfc3339(SystemTime::now()));
+        if let Some(m) = meta.as_object_mut() {
+            for k in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+            ] {
+                m.remove(k);
+            }
+        }
+        if obj.get("spec").is_some() {
+            obj["metadata"]["generation"] = json!(1);
+        }
+        let now = object::rfc3339(SystemTime::now());
+        if let (Fields::Record, Some(w)) = (fields, writer(t, q, &now)) {
+            fieldmanager::record_update(Type::of_kind(&res.api_version(), res.kind), None, &mut obj, w);
+        }
+        let name = name_of(&obj).to_string();
+        if res.group == "certificates.k8s.io" && res.plural == "certificatesigningrequests" {
+            admission::admit_csr(self.pki.as_deref(), &mut obj, caller);
+        }
+        if q.dry_run() {
+            return Ok((201, obj));
+        }
+        let ev = self
+            .store
+            .write(Write::Create {
+                key: res.key(ns.as_deref(), &name),
+                value: encode(&obj),
+            })
+            .await
+            .map_err(store_err_for(res, &name))?;
+        if res.plural == "namespaces" && res.group.is_empty() {
+            self.populate_namespace(&name).await?;
+        }
+        Ok((201, stored_at(obj, ev.kv.mod_revision)))
+    }
+
+    /// What every namespace holds from the start: the `default` ServiceAccount and the
+    /// `kube-root-ca.crt` ConfigMap.
+    pub(crate) async fn populate_namespace(&self, ns: &str) -> Result<(), ApiError> {
+        let items = [
+            (
+                "serviceaccounts",
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+            ),
+            (
+                "configmaps",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"},
+                       "data": {"ca.crt": self.ca_pem}}),
+            ),
+        ];
+        for (plural, body) in items {
+            let res = registry::find("", "v1", plural).ok_or_else(|| ApiError::internal(plural))?;
+            let t = Target {
+                res,
+                namespace: Some(ns.into()),
+                name: None,
+                sub: None,
+            };
+            match Box::pin(self.create(&t, body, &Query::default(), None)).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses new objects in a missing (404) or terminating (403) namespace.
+    pub(crate) async fn namespace_active(&self, ns: &str) -> Result<(), ApiError> {
+        let res =
+            registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
+        match self.read_object(res, None, ns).await {
+            Ok((obj, _)) if obj["status"]["phase"] == "Terminating" => Err(ApiError {
+                code: 403,
+                reason: "Forbidden",
+                message: format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+                details: None,
+            }),
+            Ok(_) => Ok(()),
+            Err(e) if e.code == 404 => Err(ApiError::namespace_not_found(ns)),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The verbs on objects, one operation per file: get and list ([`read`]), create, update and
+//! replace, patch (merge, JSON, strategic, apply), pod binding, scale, delete, eviction,
+//! service-account tokens and watch, and the field ownership they record ([`fieldmanager`]).
+//! Objects are stored as JSON without `resourceVersion` ([`crate::api::object::stored`]); it is
+//! set from the store revision on every read. Here: what the verbs share (reading and writing one
+//! key at a revision, field validation, the request's field manager).
+
+mod bind;
+mod create;
+mod delete;
+mod eviction;
+pub(crate) mod fieldmanager;
+pub(crate) mod patch;
+mod read;
+mod scale;
+mod tokens;
+mod update;
+pub(crate) mod watch;
+
+use serde_json::Value;
+
+use crate::api::Api;
+use crate::api::object::name_of;
+use crate::api::object::selector::Filter;
+use crate::api::object::stored::{decode, encode, store_err, store_err_for, stored_at};
+use crate::api::output::{openapi, warnings};
+use crate::api::registry::Resource;
+use crate::api::request::{Query, Target};
+use crate::api::status::ApiError;
+use crate::storage::Write;
+
+/// Whether a write still has its field ownership to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fields {
+    /// Record it as an `Update` by the request's field manager (if it names one).
+    Record,
+    /// Already recorded (server-side apply).
+    Recorded,
+}
+
+/// The field-ownership writer of a request (None for the server's own writes).
+pub(crate) fn writer<'a>(t: &Target, q: &'a Query, now: &'a str) -> Option<fieldmanager::Writer<'a>> {
+    let scope = if t.sub.as_deref() == Some("status") {
+        fieldmanager::Scope::Status
+    } else {
+        fieldmanager::Scope::Main {
+            status_is_separate: t.res.has_subresource("status"),
+        }
+    };
+    Some(fieldmanager::Writer {
+        manager: q.field_manager()?,
+        api_version: t.res.api_version(),
+        scope,
+        now,
+    })
+}
+
+/// Applies `fieldValidation` (OpenAPI schemas): Strict refuses unknown fields, Warn (the
+/// default) drops them with a `Warning: 299 - "unknown field \"...\""` header, Ignore drops them
+/// silently (Go's typed decoding never stores them).
+pub(crate) fn drop_unknown_fields(res: &Resource, obj: &mut Value, q: &Query) -> Result<(), ApiError> {
+    let mode = openapi::FieldValidation::parse(q.get("fieldValidation"))?;
+    let dropped = openapi::enforce(res, obj, mode)?;
+    if !dropped.is_empty() {
+        tracing::info!(
+            kind = res.kind,
+            name = name_of(obj),
+            ?dropped,
+            "unknown fields dropped"
+        );
+        if mode == openapi::FieldValidation::Warn {
+            for f in dropped {
+                warnings::warn(format!("unknown field {f:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The list/watch filter of a request's `labelSelector` and `fieldSelector`.
+pub(crate) fn filter_of(res: &Resource, q: &Query) -> Result<Filter, ApiError> {
+    Filter::new(
+        res,
+        q.get("labelSelector").unwrap_or_default(),
+        q.get("fieldSelector").unwrap_or_default(),
+    )
+}
+
+impl Api {
+    /// Reads one object with its revision (404 when it does not exist).
+    pub(crate) async fn read_object(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<(Value, i64), ApiError> {
+        let kv = self
+            .store
+            .get(&res.key(ns, name))
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        Ok((decode(&kv)?, kv.mod_revision))
+    }
+
+    /// Writes `obj` at `key` if the key is still at `rev`; returns the object as stored.
+    pub(crate) async fn put_at(
+        &self,
+        res: &Resource,
+        key: String,
+        obj: &Value,
+        rev: i64,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let ev = self
+            .store
+            .write(Write::Update {
+                key,
+                value: encode(obj),
+                expected: Some(rev),
+            })
+            .await
+            .map_err(store_err_for(res, name))?;
+        Ok(stored_at(obj.clone(), ev.kv.mod_revision))
+    }
+
+    /// Deletes `key` if it is still at `rev`; returns the object as it was.
+    pub(crate) async fn remove(
+        &self,
+        res: &Resource,
+        key: String,
+        rev: i64,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let ev = self
+            .store
+            .write(Write::Delete {
+                key,
+                expected: Some(rev),
+            })
+            .await
+            .map_err(store_err_for(res, name))?;
+        decode(&ev.kv)
+    }
+}

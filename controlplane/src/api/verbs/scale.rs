@@ -1,0 +1,88 @@
+//! The `scale` subresource (`autoscaling/v1 Scale`) of workloads: read, and PUT/PATCH of
+//! `spec.replicas`.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::Fields;
+use super::patch;
+use crate::api::Api;
+use crate::api::object::selector::{Requirement, selector_requirements};
+use crate::api::request::body::parse_json_body;
+use crate::api::request::{Query, Target};
+use crate::api::status::ApiError;
+
+impl Api {
+    /// The `Scale` of a workload object.
+    pub(crate) fn scale_of(obj: &Value) -> Value {
+        let sel = selector_requirements(&obj["spec"]["selector"]);
+        let selector = sel
+            .iter()
+            .filter_map(|r| match r {
+                Requirement::Eq(k, v) => Some(format!("{k}={v}")),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut meta = obj["metadata"].clone();
+        if let Some(m) = meta.as_object_mut() {
+            m.retain(|k, _| {
+                ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"].contains(&k.as_str())
+            });
+        }
+        json!({
+            "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
+            "spec": { "replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1) },
+            "status": { "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector },
+        })
+    }
+
+    /// GET .../scale.
+    pub(crate) async fn get_scale(&self, t: &Target) -> Result<Value, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let (obj, _) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
+        Ok(Self::scale_of(&obj))
+    }
+
+    /// PUT/PATCH .../scale: changes spec.replicas only.
+    pub(crate) async fn patch_scale(
+        &self,
+        t: &Target,
+        ct: &str,
+        body: &Bytes,
+        q: &Query,
+    ) -> Result<Value, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let (obj, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
+        let mut scale = Self::scale_of(&obj);
+        let doc = parse_json_body(ct, body)?;
+        match ct.split(';').next().unwrap_or_default().trim() {
+            // A JSON patch that does not apply to a Scale is a bad request (the object's own
+            // PATCH answers 422).
+            "application/json-patch+json" => {
+                patch::json_patch(&mut scale, &doc).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
+            "application/json" => scale = doc,
+            _ => patch::merge_patch(&mut scale, &doc),
+        }
+        let replicas = scale["spec"]["replicas"]
+            .as_i64()
+            .filter(|r| *r >= 0)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    t.res,
+                    &name,
+                    "spec.replicas",
+                    "Invalid value: must be greater than or equal to 0",
+                )
+            })?;
+        let mut new = obj.clone();
+        new["spec"]["replicas"] = json!(replicas);
+        let target = Target {
+            sub: None,
+            ..t.clone()
+        };
+        let updated = self.replace(&target, &obj, new, rev, q, Fields::Record).await?;
+        Ok(Self::scale_of(&updated))
+    }
+}

@@ -1,0 +1,139 @@
+//! PUT (with the stale-resourceVersion 409) and the replace step every write of an existing
+//! object goes through: what clients may not change, status subresource rules, generation,
+//! field ownership, and the final delete of a terminating object whose finalizers are gone.
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::{Fields, drop_unknown_fields, fieldmanager, writer};
+use crate::api::Api;
+use crate::api::admission::{self, check_shape, check_type};
+use crate::api::object::{self, name_of};
+use crate::api::request::{Query, Target};
+use crate::api::schema::Type;
+use crate::api::status::ApiError;
+
+impl Api {
+    /// PUT.
+    pub(crate) async fn update(&self, t: &Target, new: Value, q: &Query) -> Result<Value, ApiError> {
+        let name = t.name.clone().unwrap_or_default();
+        let (old, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
+        let expected = match new["metadata"]["resourceVersion"].as_str() {
+            Some(s) if !s.is_empty() => s
+                .parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            _ => rev,
+        };
+        if expected != rev {
+            return Err(ApiError::conflict(t.res, &name));
+        }
+        self.replace(t, &old, new, rev, q, Fields::Record).await
+    }
+
+    /// Writes `new` over the stored object at `rev`, keeping what clients may not change.
+    pub(crate) async fn replace(
+        &self,
+        t: &Target,
+        old: &Value,
+        mut new: Value,
+        rev: i64,
+        q: &Query,
+        fields: Fields,
+    ) -> Result<Value, ApiError> {
+        let res = t.res;
+        let name = t.name.clone().unwrap_or_default();
+        check_shape(res, &new)?;
+        check_type(res, &new)?;
+        drop_unknown_fields(res, &mut new, q)?;
+        new["apiVersion"] = json!(res.api_version());
+        new["kind"] = json!(res.kind);
+        if name_of(&new) != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                name_of(&new)
+            )));
+        }
+        if let Some(uid) = new["metadata"]["uid"].as_str()
+            && Some(uid) != old["metadata"]["uid"].as_str()
+        {
+            return Err(ApiError::precondition_failed(
+                res,
+                &name,
+                "the UID in the precondition does not match the UID in record",
+            ));
+        }
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old["metadata"].get(k) {
+                Some(v) => new["metadata"][k] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(k);
+                    }
+                }
+            }
+        }
+        let has_status_sub = res.has_subresource("status");
+        match t.sub.as_deref() {
+            Some("status") => {
+                // Only status changes through /status (and, after an apply, the field owners).
+                let status = new["status"].clone();
+                let owners = new["metadata"].get("managedFields").cloned();
+                new = old.clone();
+                new["status"] = status;
+                if let (Fields::Recorded, Some(mf)) = (fields, owners) {
+                    new["metadata"]["managedFields"] = mf;
+                }
+            }
+            _ if has_status_sub => new["status"] = old["status"].clone(),
+            _ => {}
+        }
+        if new["status"].is_null()
+            && let Some(m) = new.as_object_mut()
+        {
+            m.remove("status");
+        }
+        admission::admit(res, &mut new, false)?;
+        if old.get("spec") != new.get("spec") {
+            let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
+            new["metadata"]["generation"] = json!(g + 1);
+        }
+        let now = object::rfc3339(SystemTime::now());
+        match (fields, writer(t, q, &now)) {
+            (Fields::Record, Some(w)) => fieldmanager::record_update(
+                Type::of_kind(&res.api_version(), res.kind),
+                Some(old),
+                &mut new,
+                w,
+            ),
+            // The server's own writes and applies (already recorded) keep what is there.
+            _ if new["metadata"].get("managedFields").is_none() => {
+                if let Some(mf) = old["metadata"].get("managedFields") {
+                    new["metadata"]["managedFields"] = mf.clone();
+                }
+            }
+            _ => {}
+        }
+        let deleting = new["metadata"]["deletionTimestamp"].is_string();
+        let finalizers_empty = new["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
+        if q.dry_run() {
+            new["metadata"]["resourceVersion"] = json!(rev.to_string());
+            return Ok(new);
+        }
+        let key = res.key(t.namespace.as_deref(), &name);
+        if deleting && finalizers_empty {
+            // The last finalizer is gone: the object goes away now.
+            let gone = self.remove(res, key, rev, &name).await?;
+            self.collect_dependents(&gone, "Background").await?;
+            return Ok(gone);
+        }
+        self.put_at(res, key, &new, rev, &name).await
+    }
+}
