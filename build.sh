@@ -15,6 +15,8 @@ CACHE_DIR="$NODEOS_CACHE"
 OUT_DIR="${NODEOS_OUT:-$ROOT/out}"
 export CC_aarch64_unknown_linux_musl="${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}"
 export RUSTUP_AUTO_INSTALL=0
+# The pinned toolchain (rust-toolchain.toml).
+RUST_TOOLCHAIN=$(awk -F'"' '/^channel/ {print $2}' "$ROOT/rust-toolchain.toml")
 
 say()  { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die()  { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -37,6 +39,7 @@ setup_needed() {
   done
   [ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] && [ -f /usr/share/AAVMF/AAVMF_CODE.fd ] || return 0
   [ -f /usr/lib/systemd/boot/efi/linuxx64.efi.stub ] || return 0
+  rustup run "$RUST_TOOLCHAIN" rustc --version >/dev/null 2>&1 || return 0
   rustup target list --installed 2>/dev/null | grep -q aarch64-unknown-linux-musl || return 0
   rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl || return 0
   [ -x "$CACHE_DIR/pyvenv/bin/python" ] || return 0
@@ -75,6 +78,7 @@ cmd_setup() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t bookworm-backports qemu-system-x86 qemu-system-arm qemu-utils \
     || die "installing qemu-system from bookworm-backports failed"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${APT_PKGS[@]}" || die "apt-get install failed"
+  ensure_toolchain
   rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl || die "rustup target add failed"
   setup_python
   local a; for a in $ARCHES_ALL; do fetch_kernel "$a"; fetch_stub "$a"; fetch_busybox "$a"; done
@@ -138,6 +142,19 @@ setup_python() {
   say "setup: Python venv with the kubernetes client"
   python3 -m venv "$PY_VENV" || die "python3 -m venv failed"
   "$PY_VENV/bin/pip" install -q 'kubernetes==37.*' || die "pip install kubernetes failed"
+}
+
+# The pinned toolchain must exist under its version name. These machines ship one stable
+# toolchain; when it is the pinned release but only known as `stable`, it is linked under the
+# version name (nothing can be downloaded here). Any other release is an error, not a silent drift.
+ensure_toolchain() {
+  rustup run "$RUST_TOOLCHAIN" rustc --version >/dev/null 2>&1 && return 0
+  local have; have=$(rustup run stable rustc --version 2>/dev/null | awk '{print $2}')
+  [ "$have" = "$RUST_TOOLCHAIN" ] || die "toolchain $RUST_TOOLCHAIN (rust-toolchain.toml) is not installed and stable is '$have'"
+  local home host; home=$(rustup show home); host=$(rustup run stable rustc -vV | awk '/^host:/ {print $2}')
+  ln -sfn "$home/toolchains/stable-$host" "$home/toolchains/$RUST_TOOLCHAIN-$host" \
+    || die "cannot link toolchain $RUST_TOOLCHAIN"
+  rustup run "$RUST_TOOLCHAIN" rustc --version >/dev/null || die "toolchain $RUST_TOOLCHAIN still unusable"
 }
 
 cmd_setup_if_needed() { if setup_needed; then cmd_setup; fi; }
@@ -242,6 +259,10 @@ cmd_test() {
     *) die "unknown test suite '$suite' (unit, api, vm, runtime or all)" ;;
   esac
   if [ "$suite" = unit ] || [ "$suite" = all ]; then
+    step "lint: cargo fmt --check" cargo fmt --all -- --check \
+      || die "formatting differs from rustfmt.toml (run: cargo fmt --all)"
+    step "lint: cargo clippy -D warnings (workspace lints)" \
+      cargo clippy --locked --workspace --all-targets -- -D warnings || die "clippy found problems"
     step "test: unit and host integration tests (incl. the API server with the real kubectl)" \
       cargo test --locked --workspace || die "unit tests failed"
     NODEOS_TEST_STORE=etcd step "test: the API handler suite again, on a real etcd" \
@@ -278,7 +299,7 @@ cmd_bench() {
     api)
       mkdir -p "$OUT_DIR/bench"
       cmd_setup_if_needed
-      step "build: control plane and benchmark (release)" cargo build --locked --release -p controlplane \
+      step "build: control plane and benchmark (release)" cargo build --locked --release -p controlplane --features testing \
         || die "building the control plane failed"
       "$CARGO_TARGET_DIR/release/api-bench" "$OUT_DIR/bench/api.json" || die "the API benchmark failed"
       say "bench api -> $OUT_DIR/bench/api.json"

@@ -9,6 +9,7 @@ pub mod logs;
 pub mod node;
 pub mod pods;
 mod server;
+pub mod settings;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,7 +37,7 @@ impl Default for AgentConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 10250)),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             server_names: vec![hostname(), "localhost".into()],
-            settings_path: PathBuf::from("/run/nodeos/agent.json"),
+            settings_path: PathBuf::from(settings::PATH),
             identity_dir: PathBuf::from("/run/nodeos/agent"),
         }
     }
@@ -76,16 +77,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .enable_all()
         .build()
         .map_err(AgentError::Runtime)?;
-    let settings: Option<node::JoinSettings> = match std::fs::read(&cfg.settings_path) {
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::error!(path = %cfg.settings_path.display(), error = %e, "unreadable agent settings");
-                None
-            }
-        },
-        Err(_) => None,
-    };
+    let settings = settings::AgentSettings::read(&cfg.settings_path).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "unreadable agent settings");
+        None
+    });
     let ca_pem = settings
         .as_ref()
         .and_then(|s| s.control_plane.as_ref())

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -14,6 +13,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use transport::kubeapi::{Credentials, KubeClientError};
+
+use crate::settings::{AgentSettings, ControlPlane};
 
 /// The agent's User-Agent: the API server names the agent's field manager after its product
 /// token, `kubelet`, as for upstream's kubelet.
@@ -29,31 +30,6 @@ pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 pub const LEASE_DURATION_SECONDS: u32 = 40;
 /// Node status (Ready heartbeat) update period.
 pub const STATUS_UPDATE: Duration = Duration::from_secs(60);
-
-/// What init hands the agent (`/run/nodeos/agent.json`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JoinSettings {
-    pub node_name: String,
-    #[serde(rename = "nodeIP")]
-    pub node_ip: Option<String>,
-    pub control_plane: Option<ControlPlane>,
-    /// Registries reached over plain HTTP.
-    #[serde(default)]
-    pub insecure_registries: Vec<String>,
-}
-
-/// The control plane to join.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ControlPlane {
-    pub server: String,
-    pub ca_pem: String,
-    pub bootstrap_token: String,
-    /// `IP:PORT` where the control plane reaches this agent, when not the node's address:10250.
-    #[serde(default)]
-    pub kubelet_endpoint: Option<String>,
-}
 
 /// Errors joining the cluster.
 #[derive(Debug, thiserror::Error)]
@@ -345,7 +321,7 @@ pub async fn post_status(client: &kube::Client, name: &str) -> Result<(), JoinEr
 
 /// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried
 /// with back-off (the control plane may come up after the node).
-pub async fn run(settings: JoinSettings, state_dir: PathBuf) {
+pub async fn run(settings: AgentSettings, state_dir: PathBuf) {
     let Some(cp) = settings.control_plane.clone() else {
         tracing::info!("no control plane configured; running standalone");
         return;

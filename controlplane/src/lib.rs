@@ -1,12 +1,14 @@
-//! The Kubernetes-compatible control plane: the API machinery (`api`), its HTTPS transport
-//! (`server`), the cluster PKI (`pki`) and the storage layer (`storage`: the `Store` trait and the
-//! embedded durable backend). Scheduler, controllers and the etcd backend are not written yet.
+//! The Kubernetes-compatible control plane: the API machinery (`api`), its HTTPS front
+//! (`server`), the in-process transport of bundled components (`inprocess`), the cluster PKI
+//! (`pki`) and the storage layer (`storage`: the `Store` trait, the embedded durable backend and
+//! the etcd backend).
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod inprocess;
 pub mod pki;
+#[cfg(any(test, feature = "testing"))]
 pub mod process;
 pub mod server;
 pub mod storage;

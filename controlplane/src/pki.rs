@@ -25,6 +25,12 @@ pub enum PkiError {
     },
     #[error("certificate generation: {0}")]
     Gen(#[from] rcgen::Error),
+    #[error("bad CSR: {0}")]
+    BadCsr(rcgen::Error),
+    #[error("subject must be CN=system:node:<name>, O=system:nodes (got CN={cn:?}, O={org:?})")]
+    NotANodeSubject { cn: String, org: String },
+    #[error("signing with the service-account key: {0}")]
+    Sign(String),
 }
 
 /// PEM material of the cluster.
@@ -207,9 +213,8 @@ impl Pki {
 
     /// Signs a node's client CSR (PEM): the subject must be `CN=system:node:<name>`,
     /// `O=system:nodes`. Returns the certificate PEM (client auth, issued by the cluster CA).
-    pub fn sign_node_csr(&self, csr_pem: &str) -> Result<String, String> {
-        let mut csr =
-            rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(|e| format!("bad CSR: {e}"))?;
+    pub fn sign_node_csr(&self, csr_pem: &str) -> Result<String, PkiError> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
         let dn = &csr.params.distinguished_name;
         let text = |t: &DnType| match dn.get(t) {
             Some(rcgen::DnValue::Utf8String(s)) => Some(s.clone()),
@@ -221,9 +226,7 @@ impl Pki {
         let org = text(&DnType::OrganizationName).unwrap_or_default();
         let node = cn.strip_prefix("system:node:").unwrap_or_default();
         if node.is_empty() || org != "system:nodes" {
-            return Err(format!(
-                "subject must be CN=system:node:<name>, O=system:nodes (got CN={cn:?}, O={org:?})"
-            ));
+            return Err(PkiError::NotANodeSubject { cn, org });
         }
         csr.params.is_ca = IsCa::NoCa;
         csr.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -234,18 +237,16 @@ impl Pki {
         let now = std::time::SystemTime::now();
         csr.params.not_before = (now - std::time::Duration::from_secs(300)).into();
         csr.params.not_after = (now + std::time::Duration::from_secs(365 * 86_400)).into();
-        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(|e| e.to_string())?;
-        let ca = CertificateParams::from_ca_cert_pem(&self.ca_pem).map_err(|e| e.to_string())?;
-        let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
-        Ok(csr.signed_by(&ca, &ca_key).map_err(|e| e.to_string())?.pem())
+        let (ca, ca_key) = self.ca()?;
+        Ok(csr.signed_by(&ca, &ca_key)?.pem())
     }
 
     /// A fresh client certificate for talking to node agents (`pods/log`): CN
     /// `kube-apiserver-kubelet-client`, O `system:masters`, issued by the cluster CA for a year.
     /// Returns (certificate PEM, key PEM).
-    pub fn kubelet_client(&self) -> Result<(String, String), String> {
-        let key = KeyPair::generate().map_err(|e| e.to_string())?;
-        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    pub fn kubelet_client(&self) -> Result<(String, String), PkiError> {
+        let key = KeyPair::generate()?;
+        let mut p = CertificateParams::new(Vec::<String>::new())?;
         p.distinguished_name
             .push(DnType::CommonName, "kube-apiserver-kubelet-client");
         p.distinguished_name
@@ -259,15 +260,20 @@ impl Pki {
         let now = std::time::SystemTime::now();
         p.not_before = (now - std::time::Duration::from_secs(300)).into();
         p.not_after = (now + std::time::Duration::from_secs(365 * 86_400)).into();
-        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(|e| e.to_string())?;
-        let ca = CertificateParams::from_ca_cert_pem(&self.ca_pem).map_err(|e| e.to_string())?;
-        let ca = ca.self_signed(&ca_key).map_err(|e| e.to_string())?;
-        let cert = p.signed_by(&key, &ca, &ca_key).map_err(|e| e.to_string())?;
+        let (ca, ca_key) = self.ca()?;
+        let cert = p.signed_by(&key, &ca, &ca_key)?;
         Ok((cert.pem(), key.serialize_pem()))
     }
 
+    /// The CA certificate and key, to sign with.
+    fn ca(&self) -> Result<(rcgen::Certificate, KeyPair), PkiError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
+        let ca = CertificateParams::from_ca_cert_pem(&self.ca_pem)?.self_signed(&ca_key)?;
+        Ok((ca, ca_key))
+    }
+
     /// A compact JWS (ES256) of `claims`, signed with the service-account key.
-    pub fn sign_jwt(&self, claims: &serde_json::Value) -> Result<String, String> {
+    pub fn sign_jwt(&self, claims: &serde_json::Value) -> Result<String, PkiError> {
         use base64::Engine;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let rng = ring::rand::SystemRandom::new();
@@ -276,14 +282,16 @@ impl Pki {
             &self.sa_key_pkcs8,
             &rng,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PkiError::Sign(e.to_string()))?;
         let header = serde_json::json!({"alg": "ES256", "typ": "JWT", "kid": self.sa_key_id()});
         let input = format!(
             "{}.{}",
             b64.encode(header.to_string()),
             b64.encode(claims.to_string())
         );
-        let sig = key.sign(&rng, input.as_bytes()).map_err(|e| e.to_string())?;
+        let sig = key
+            .sign(&rng, input.as_bytes())
+            .map_err(|e| PkiError::Sign(e.to_string()))?;
         Ok(format!("{input}.{}", b64.encode(sig.as_ref())))
     }
 

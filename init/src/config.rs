@@ -110,13 +110,11 @@ pub struct ControlPlaneConfigDoc {
 }
 
 /// The validated control-plane settings handed to the agent.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlPlaneConfig {
     pub server: String,
     pub ca_pem: String,
     pub bootstrap_token: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_endpoint: Option<std::net::SocketAddr>,
 }
 

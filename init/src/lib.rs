@@ -139,30 +139,21 @@ fn boot_and_supervise() -> Shutdown {
     action
 }
 
-/// Where init hands the agent its settings (the node name, its address, the control plane).
-pub const AGENT_CONFIG: &str = "/run/nodeos/agent.json";
-
-/// Writes [`AGENT_CONFIG`] (mode 0600: it holds the bootstrap token).
+/// Writes the agent's settings ([`agent::settings::PATH`]).
 fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network::Configured]) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let doc = serde_json::json!({
-        "nodeName": hostname,
-        "nodeIP": configured.first().map(|c| c.address.to_string()),
-        "controlPlane": cfg.control_plane,
-        "insecureRegistries": cfg.insecure_registries,
-    });
-    let written = std::fs::create_dir_all("/run/nodeos").and_then(|()| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(AGENT_CONFIG)
-            .and_then(|mut f| f.write_all(doc.to_string().as_bytes()))
-    });
-    if let Err(e) = written {
-        tracing::error!(error = %e, path = AGENT_CONFIG, "cannot write the agent's config");
+    let settings = agent::settings::AgentSettings {
+        node_name: hostname.to_string(),
+        node_ip: configured.first().map(|c| c.address.to_string()),
+        control_plane: cfg.control_plane.clone().map(|cp| agent::settings::ControlPlane {
+            server: cp.server,
+            ca_pem: cp.ca_pem,
+            bootstrap_token: cp.bootstrap_token,
+            kubelet_endpoint: cp.kubelet_endpoint.map(|e| e.to_string()),
+        }),
+        insecure_registries: cfg.insecure_registries.clone(),
+    };
+    if let Err(e) = settings.write(Path::new(agent::settings::PATH)) {
+        tracing::error!(error = %e, "cannot write the agent's settings");
     }
 }
 

@@ -55,7 +55,7 @@ pub struct Api {
     /// Signs node client CSRs (None: CSRs stay pending).
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
     /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
-    pub(crate) agent_tls: OnceLock<Result<Arc<rustls::ClientConfig>, Arc<streams::AgentTlsError>>>,
+    pub(crate) agent_client: OnceLock<Result<streams::AgentClient, Arc<streams::AgentTlsError>>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -72,7 +72,7 @@ impl Api {
             ca_pem,
             watch_cache: Arc::default(),
             pki: None,
-            agent_tls: OnceLock::new(),
+            agent_client: OnceLock::new(),
         }
     }
 

@@ -16,11 +16,8 @@ use anyhow::{Context, Result, bail};
 use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
+use transport::client::HttpClient;
 
 use controlplane::process::{EtcdProcess, ServerProcess};
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
@@ -57,75 +54,42 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// A persistent HTTP/1.1 connection (TLS with the admin client certificate, or plain).
-struct Conn {
-    send: http1::SendRequest<Full<Bytes>>,
-    host: String,
-}
-
+/// The API server under test, reached through the workspace's pooled HTTP client (TLS with the
+/// admin client certificate): concurrent callers get a connection each.
 #[derive(Clone)]
 struct Target {
-    addr: String,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    base: String,
+    client: HttpClient<Full<Bytes>>,
 }
 
 impl Target {
-    async fn connect(&self) -> Result<Conn> {
-        let tcp = TcpStream::connect(&self.addr).await?;
-        tcp.set_nodelay(true)?;
-        let send = match &self.tls {
-            Some(cfg) => {
-                let tls = tokio_rustls::TlsConnector::from(cfg.clone())
-                    .connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp)
-                    .await?;
-                let (send, conn) = http1::handshake(TokioIo::new(tls)).await?;
-                tokio::spawn(conn);
-                send
-            }
-            None => {
-                let (send, conn) = http1::handshake(TokioIo::new(tcp)).await?;
-                tokio::spawn(conn);
-                send
-            }
-        };
-        Ok(Conn {
-            send,
-            host: self.addr.clone(),
+    fn new(addr: &str, pki: &Path) -> Result<Self> {
+        let read = |f: &str| std::fs::read_to_string(pki.join(f)).with_context(|| format!("reading {f}"));
+        let (ca, cert, key) = (read("ca.crt")?, read("admin.crt")?, read("admin.key")?);
+        let tls = transport::tls::client_config(transport::tls::ServerAuth::Ca(&ca), Some((&cert, &key)))?;
+        Ok(Self {
+            base: format!("https://{addr}"),
+            client: transport::client::http_client(Some(Arc::new(tls)))?,
         })
     }
-}
 
-impl Conn {
-    async fn call(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes)> {
-        let req = hyper::Request::builder()
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<hyper::Request<Full<Bytes>>> {
+        Ok(hyper::Request::builder()
             .method(method)
-            .uri(path)
-            .header("host", &self.host)
+            .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json")
             .header("accept", "application/json")
             .body(Full::new(
                 body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
-            ))?;
-        self.send.ready().await?;
-        let resp = self.send.send_request(req).await?;
+            ))?)
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes)> {
+        let resp = self.client.request(self.request(method, path, body)?).await?;
         let code = resp.status().as_u16();
         let bytes = resp.into_body().collect().await?.to_bytes();
         Ok((code, bytes))
     }
-}
-
-fn tls_config(pki: &Path) -> Result<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(pki.join("ca.crt"))? {
-        roots.add(c?)?;
-    }
-    let chain = CertificateDer::pem_file_iter(pki.join("admin.crt"))?.collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key"))?;
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)?)
 }
 
 /// Runs `per_client` requests on each of [`CLIENTS`] connections; `make` builds request i of client c.
@@ -140,19 +104,11 @@ where
         let target = target.clone();
         let make = make.clone();
         tasks.push(tokio::spawn(async move {
-            let mut conn = target.connect().await?;
             let mut lat = Vec::with_capacity(per_client);
             for i in 0..per_client {
                 let (m, p, b) = make(c, i);
                 let t = Instant::now();
-                // A server may close a kept-alive connection: reconnect once and retry.
-                let (code, body) = match conn.call(m, &p, b.as_ref()).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        conn = target.connect().await?;
-                        conn.call(m, &p, b.as_ref()).await?
-                    }
-                };
+                let (code, body) = target.call(m, &p, b.as_ref()).await?;
                 if code >= 300 {
                     bail!("{m} {p}: HTTP {code}: {}", String::from_utf8_lossy(&body));
                 }
@@ -203,14 +159,12 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
     let etcd = EtcdProcess::spawn(dir)
         .context("starting etcd (apt-get install etcd-server; ./build.sh setup does)")?;
     let target = Target {
-        addr: etcd.endpoint.trim_start_matches("http://").to_string(),
-        tls: None,
+        base: etcd.endpoint.trim_end_matches('/').to_string(),
+        client: transport::client::http_client(None)?,
     };
     let t0 = Instant::now();
     loop {
-        if let Ok(mut c) = target.connect().await
-            && let Ok((200, _)) = c.call("GET", "/health", None).await
-        {
+        if let Ok((200, _)) = target.call("GET", "/health", None).await {
             break;
         }
         if t0.elapsed() > Duration::from_secs(30) {
@@ -258,12 +212,12 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
     for _ in 0..watchers {
         let target = target.clone();
         let tx = tx.clone();
-        let mut conn = target.connect().await?;
-        let req = hyper::Request::builder()
-            .uri("/api/v1/namespaces/watch/configmaps?watch=true&resourceVersion=0&timeoutSeconds=120")
-            .header("host", &target.addr)
-            .body(Full::new(Bytes::new()))?;
-        let resp = conn.send.send_request(req).await?;
+        let req = target.request(
+            "GET",
+            "/api/v1/namespaces/watch/configmaps?watch=true&resourceVersion=0&timeoutSeconds=120",
+            None,
+        )?;
+        let resp = target.client.request(req).await?;
         handles.push(tokio::spawn(async move {
             let mut body = resp.into_body();
             let mut buf = Vec::new();
@@ -280,15 +234,14 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
                 }
             }
         }));
-        drop(conn);
     }
     drop(tx);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut conn = target.connect().await?;
     for i in 0..events {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w{i}")},
                         "data": {"sent_ns": now_ns().to_string()}});
-        conn.call("POST", "/api/v1/namespaces/watch/configmaps", Some(&cm))
+        target
+            .call("POST", "/api/v1/namespaces/watch/configmaps", Some(&cm))
             .await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -330,10 +283,9 @@ fn main() -> Result<()> {
         let (pid, addr) = (server.pid(), server.addr());
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_rss = rss_kib(pid);
-        let target = Target { addr, tls: Some(Arc::new(tls_config(&tmp.path().join("cp/pki"))?)) };
-        let mut c = target.connect().await?;
+        let target = Target::new(&addr, &tmp.path().join("cp/pki"))?;
         for ns in ["bench", "watch"] {
-            c.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
+            target.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
         }
         eprintln!("api-bench: API creates ({writes} pods)");
         let per = writes / CLIENTS;

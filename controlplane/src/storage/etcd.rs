@@ -1,17 +1,16 @@
 //! The etcd backend (for HA: several API servers on one etcd cluster), over etcd's v3 JSON
-//! gateway (`/v3/kv/range`, `/v3/kv/txn`, `/v3/watch`) with hyper, plain HTTP to the endpoint.
+//! gateway (`/v3/kv/range`, `/v3/kv/txn`, `/v3/watch`) through the workspace's pooled HTTP
+//! client (`transport::client`), plain HTTP to the endpoint.
 //! Compare-and-swap maps to a transaction comparing `mod_revision` (or `create_revision = 0` for
 //! creates); the etcd revision is the resourceVersion, as in Kubernetes.
 
-use std::sync::Mutex;
+use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
+use transport::client::HttpClient;
 
 use super::{
     BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, Store, StoreError, WatchStream, Write,
@@ -21,8 +20,13 @@ use super::{
 #[derive(Debug)]
 pub struct EtcdStore {
     addr: String,
-    pool: Mutex<Vec<http1::SendRequest<Full<Bytes>>>>,
+    client: HttpClient<Full<Bytes>>,
 }
+
+/// Longest wait for etcd's answer to one request (watches excepted: their answer streams).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer read (a range of a whole resource included).
+const MAX_ANSWER: usize = 1 << 30;
 
 fn b64(s: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -76,52 +80,27 @@ impl EtcdStore {
             .strip_prefix("http://")
             .map(|a| a.trim_end_matches('/').to_string())
             .ok_or_else(|| io_err(endpoint, "the etcd endpoint must be http://HOST:PORT"))?;
-        Ok(Self {
-            addr,
-            pool: Mutex::new(Vec::new()),
-        })
+        let client = transport::client::http_client(None).map_err(|e| io_err(&addr, e))?;
+        Ok(Self { addr, client })
     }
 
-    async fn connect(&self) -> Result<http1::SendRequest<Full<Bytes>>> {
-        let tcp = TcpStream::connect(&self.addr)
-            .await
-            .map_err(|e| io_err(&self.addr, e))?;
-        let _ = tcp.set_nodelay(true);
-        let (send, conn) = http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| io_err(&self.addr, e))?;
-        tokio::spawn(conn);
-        Ok(send)
-    }
-
-    /// POSTs `body` to `path` and returns the JSON answer (a pooled keep-alive connection).
-    async fn call(&self, path: &str, body: &Value) -> Result<Value> {
-        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
-        let mut send = match pooled {
-            Some(s) if !s.is_closed() => s,
-            _ => self.connect().await?,
-        };
-        if send.ready().await.is_err() {
-            send = self.connect().await?;
-        }
-        let req = hyper::Request::post(path)
-            .header("host", &self.addr)
+    fn request(&self, path: &str, body: &Value) -> Result<hyper::Request<Full<Bytes>>> {
+        hyper::Request::post(format!("http://{}{path}", self.addr))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| io_err(&self.addr, e))?;
-        let resp = send.send_request(req).await.map_err(|e| io_err(&self.addr, e))?;
-        let code = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
+            .map_err(|e| io_err(&self.addr, e))
+    }
+
+    /// POSTs `body` to `path` and returns the JSON answer (pooled keep-alive connections).
+    async fn call(&self, path: &str, body: &Value) -> Result<Value> {
+        let req = self.request(path, body)?;
+        let resp = transport::client::send(&self.client, req, REQUEST_TIMEOUT)
             .await
-            .map_err(|e| io_err(&self.addr, e))?
-            .to_bytes();
-        if let Ok(mut p) = self.pool.lock()
-            && p.len() < 64
-        {
-            p.push(send);
-        }
+            .map_err(|e| io_err(&self.addr, e))?;
+        let code = resp.status().as_u16();
+        let bytes = transport::client::read_body(resp.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| io_err(&self.addr, e))?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| io_err(&self.addr, e))?;
         if code >= 300 {
             return Err(io_err(
@@ -348,17 +327,15 @@ impl Store for EtcdStore {
 
     fn watch<'a>(&'a self, prefix: &'a str, after: Revision) -> BoxFuture<'a, Result<Box<dyn WatchStream>>> {
         Box::pin(async move {
-            // A dedicated connection: the response streams for the watch's lifetime.
-            let mut send = self.connect().await?;
+            // The response streams for the watch's lifetime (the pool opens another connection
+            // for other requests meanwhile).
             let body = json!({ "create_request": {
                 "key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix.as_bytes())),
                 "start_revision": (after + 1).to_string(), "prev_kv": true } });
-            let req = hyper::Request::post("/v3/watch")
-                .header("host", &self.addr)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body.to_string())))
+            let req = self.request("/v3/watch", &body)?;
+            let resp = transport::client::send(&self.client, req, REQUEST_TIMEOUT)
+                .await
                 .map_err(|e| io_err(&self.addr, e))?;
-            let resp = send.send_request(req).await.map_err(|e| io_err(&self.addr, e))?;
             let mut w = EtcdWatch {
                 body: resp.into_body(),
                 buf: Vec::new(),

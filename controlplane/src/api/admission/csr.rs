@@ -45,7 +45,7 @@ pub(crate) fn admit_csr(pki: Option<&Pki>, csr: &mut Value, caller: Option<&Call
         }
         other => {
             let reason = match other {
-                Some(Err(r)) => r,
+                Some(Err(r)) => r.to_string(),
                 _ => "spec.request is not a base64 PEM certificate request".into(),
             };
             tracing::warn!(reason = %reason, "CSR not approved");

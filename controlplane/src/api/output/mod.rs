@@ -7,47 +7,13 @@ pub mod openapi;
 pub mod table;
 pub(crate) mod warnings;
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body_util::BodyExt;
-use http_body_util::combinators::BoxBody;
 use serde_json::Value;
-use tokio::sync::mpsc;
+pub use transport::Body;
+pub use transport::body::full;
 
 use crate::api::status::ApiError;
-
-/// Response body: a whole buffer or a stream (watch).
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// A whole-buffer response body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    http_body_util::Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A streaming body fed from a channel (each message is one chunk).
-pub(crate) struct ChannelBody {
-    pub(crate) rx: mpsc::Receiver<Bytes>,
-}
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
-    }
-}
 
 /// A JSON document with status `code`.
 pub(crate) fn json_response(code: u16, v: &Value) -> Response<Body> {

@@ -5,7 +5,7 @@ use http::{Response, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
-use super::{AgentConnectError, agent_connect, agent_error, may_reach_agents, pick_container};
+use super::{agent_error, agent_send, may_reach_agents, pick_container};
 use crate::api::Api;
 use crate::api::output::{Body, error_response, full};
 use crate::api::request::{Caller, Query, parse_target};
@@ -60,15 +60,12 @@ impl Api {
                 "exec over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)",
             ));
         }
-        let agent_path = format!(
-            "/exec/{ns}/{name}/{container}?{}",
+        let agent_uri = format!(
+            "https://{addr}/exec/{ns}/{name}/{container}?{}",
             req.uri().query().unwrap_or_default()
         );
-        let tls = self.agent_tls()?;
-        let unreachable = |e: AgentConnectError| e.into_api_error(&node, addr);
-        let mut send = agent_connect(addr, tls, true).await.map_err(unreachable)?;
-        let mut up = http::Request::get(agent_path)
-            .header(header::HOST, addr.to_string())
+        let client = self.agent_client()?;
+        let mut up = http::Request::get(agent_uri)
             .header(header::CONNECTION, "Upgrade")
             .header(header::UPGRADE, "websocket");
         for h in [
@@ -83,7 +80,7 @@ impl Api {
         let up = up
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut agent_resp = send.send_request(up).await.map_err(|e| unreachable(e.into()))?;
+        let mut agent_resp = agent_send(&client, &node, addr, up).await?;
         if agent_resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
             return Err(agent_error(&node, agent_resp).await);
         }

@@ -4,15 +4,13 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Empty};
-use tokio::sync::mpsc;
 
-use super::{AgentConnectError, agent_connect, agent_error, may_reach_agents, pick_container};
+use super::{agent_error, agent_send, may_reach_agents, pick_container};
 use crate::api::Api;
-use crate::api::output::{Body, ChannelBody};
+use crate::api::output::Body;
 use crate::api::request::{Caller, Query, Target};
 use crate::api::status::ApiError;
 
-/// Query parameters passed on to the agent.
 /// Query parameters passed on to the agent.
 const LOG_PARAMS: &[&str] = &[
     "follow",
@@ -42,19 +40,19 @@ impl Api {
                 query.push(format!("{p}={}", v.replace(['&', '#', ' '], "")));
             }
         }
-        let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
-        let tls = self.agent_tls()?;
-        let unreachable = |e: AgentConnectError| e.into_api_error(&node, addr);
-        let mut send = agent_connect(addr, tls, false).await.map_err(unreachable)?;
-        let req = http::Request::get(path)
-            .header(header::HOST, addr.to_string())
+        let uri = format!(
+            "https://{addr}/containerLogs/{ns}/{name}/{container}?{}",
+            query.join("&")
+        );
+        let client = self.agent_client()?;
+        let req = http::Request::get(uri)
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let resp = send.send_request(req).await.map_err(|e| unreachable(e.into()))?;
+        let resp = agent_send(&client, &node, addr, req).await?;
         if resp.status() != http::StatusCode::OK {
             return Err(agent_error(&node, resp).await);
         }
-        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let (tx, out_body) = transport::body::channel(16);
         let mut body = resp.into_body();
         tokio::spawn(async move {
             loop {
@@ -71,7 +69,7 @@ impl Api {
                 }
             }
         });
-        let mut out = Response::new(ChannelBody { rx }.boxed());
+        let mut out = Response::new(out_body);
         out.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         Ok(out)

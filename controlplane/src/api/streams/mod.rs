@@ -16,14 +16,12 @@ mod tls;
 pub(crate) use tls::AgentTlsError;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
+use http_body_util::Empty;
 use serde_json::Value;
+use transport::client::{ClientError, HttpClient};
 
 use crate::api::Api;
 use crate::api::registry;
@@ -33,7 +31,13 @@ use crate::api::status::ApiError;
 /// The Node annotation with the agent's `IP:PORT` (set by agents behind NAT).
 pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for an agent's response head.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest error body read from an agent.
+const AGENT_ERROR_LIMIT: usize = 64 << 10;
+
+/// The client agents are reached with.
+pub(crate) type AgentClient = HttpClient<Empty<Bytes>>;
 
 impl Api {
     /// The node a pod runs on and where its agent listens.
@@ -51,12 +55,12 @@ impl Api {
         Ok((node.to_string(), addr))
     }
 
-    /// The TLS client configuration for agents (built on first use).
-    fn agent_tls(&self) -> Result<Arc<rustls::ClientConfig>, ApiError> {
-        self.agent_tls
-            .get_or_init(|| tls::client_config(self.pki.as_deref()).map_err(Arc::new))
+    /// The client for agents (built on first use).
+    fn agent_client(&self) -> Result<AgentClient, ApiError> {
+        self.agent_client
+            .get_or_init(|| tls::agent_client(self.pki.as_deref()).map_err(std::sync::Arc::new))
             .as_ref()
-            .map(Arc::clone)
+            .cloned()
             .map_err(|e| ApiError::internal(e.to_string()))
     }
 }
@@ -132,54 +136,27 @@ fn agent_address(node: &Value) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
 }
 
-/// Why an agent cannot be reached.
-#[derive(Debug, thiserror::Error)]
-enum AgentConnectError {
-    #[error("connection timed out")]
-    Timeout,
-    /// TCP or TLS.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Http(#[from] hyper::Error),
-}
-
-impl AgentConnectError {
-    /// The API error of a request that could not reach the agent of `node` at `addr`.
-    fn into_api_error(self, node: &str, addr: SocketAddr) -> ApiError {
-        ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {self}"))
-    }
-}
-
-/// An HTTP/1.1 connection to an agent (driven by a spawned task; with upgrades for exec).
-async fn agent_connect(
+/// Sends `req` to the agent of `node` at `addr`; an unreachable agent is a 500 naming both.
+async fn agent_send(
+    client: &AgentClient,
+    node: &str,
     addr: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
-    upgrades: bool,
-) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, AgentConnectError> {
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+    req: http::Request<Empty<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+    transport::client::send(client, req, AGENT_TIMEOUT)
         .await
-        .map_err(|_| AgentConnectError::Timeout)??;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await?;
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    if upgrades {
-        tokio::spawn(conn.with_upgrades());
-    } else {
-        tokio::spawn(conn);
-    }
-    Ok(send)
+        .map_err(|e| unreachable(node, addr, &e))
 }
 
-/// An agent's error answer as an API error (its text body is the message).
+fn unreachable(node: &str, addr: SocketAddr, e: &ClientError) -> ApiError {
+    ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"))
+}
+
+/// An agent's error answer as an API error (its text body, at most 64 KiB, is the message).
 async fn agent_error(node: &str, resp: http::Response<hyper::body::Incoming>) -> ApiError {
     let status = resp.status().as_u16();
-    let body = resp
-        .into_body()
-        .collect()
+    let body = transport::client::read_body(resp.into_body(), AGENT_ERROR_LIMIT)
         .await
-        .map(|c| c.to_bytes())
         .unwrap_or_default();
     let msg = String::from_utf8_lossy(&body).trim().to_string();
     match status {

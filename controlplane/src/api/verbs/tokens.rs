@@ -59,7 +59,9 @@ impl Api {
             "iat": now, "nbf": now, "exp": now + expiration,
             "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}},
         });
-        let token = pki.sign_jwt(&claims).map_err(ApiError::internal)?;
+        let token = pki
+            .sign_jwt(&claims)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
         let expires = UNIX_EPOCH + Duration::from_secs(u64::try_from(now + expiration).unwrap_or(0));
         Ok(json!({
             "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",

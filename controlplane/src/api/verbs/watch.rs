@@ -8,14 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::filter_of;
 use crate::api::Api;
 use crate::api::object::stored::{decode, store_err};
-use crate::api::output::{Body, ChannelBody, table};
+use crate::api::output::{Body, table};
 use crate::api::request::{Query, Target, Want};
 use crate::api::status::ApiError;
 use crate::storage::{EventKind, StoreError};
@@ -124,7 +122,7 @@ impl Api {
             .map(Duration::from_secs)
             .unwrap_or(Duration::from_secs(1800));
         let bookmarks = q.flag("allowWatchBookmarks");
-        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let (tx, body) = transport::body::channel(256);
         let res = t.res;
         let render = move |obj: &Value, rev: &str| -> Value {
             match want {
@@ -226,7 +224,7 @@ impl Api {
                 }
             }
         });
-        let mut resp = Response::new(ChannelBody { rx }.boxed());
+        let mut resp = Response::new(body);
         resp.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         resp.headers_mut().insert(

@@ -1,0 +1,134 @@
+//! The hand-off from init to the agent: one typed document that init writes (from the validated
+//! machine config and the network it brought up) and the agent reads at start.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where init writes the settings (tmpfs; mode 0600: they hold the bootstrap token).
+pub const PATH: &str = "/run/nodeos/agent.json";
+
+/// What the agent needs from the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSettings {
+    pub node_name: String,
+    /// The node's address (the first configured interface).
+    #[serde(rename = "nodeIP")]
+    pub node_ip: Option<String>,
+    pub control_plane: Option<ControlPlane>,
+    /// Registries reached over plain HTTP.
+    #[serde(default)]
+    pub insecure_registries: Vec<String>,
+}
+
+/// The control plane to join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlane {
+    /// `https://HOST:PORT` of the API server.
+    pub server: String,
+    /// The cluster CA (PEM): the only trust anchor the agent uses.
+    pub ca_pem: String,
+    /// `<id>.<secret>`: lets the node ask for its client certificate.
+    pub bootstrap_token: String,
+    /// `IP:PORT` where the control plane reaches this agent, when not the node's address:10250.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_endpoint: Option<String>,
+}
+
+/// Errors reading or writing the settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl AgentSettings {
+    /// Writes the settings to `path` (mode 0600), creating its directory.
+    pub fn write(&self, path: &Path) -> Result<(), SettingsError> {
+        let io = |source| SettingsError::Io {
+            path: path.into(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let bytes = serde_json::to_vec(self).map_err(|source| SettingsError::Decode {
+            path: path.into(),
+            source,
+        })?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .and_then(|mut f| f.write_all(&bytes))
+            .map_err(io)
+    }
+
+    /// The settings at `path`; None when there are none (a node without a control plane).
+    pub fn read(path: &Path) -> Result<Option<Self>, SettingsError> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(SettingsError::Io {
+                    path: path.into(),
+                    source,
+                });
+            }
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| SettingsError::Decode {
+                path: path.into(),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_settings_read_back_and_are_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("run/agent.json");
+        assert_eq!(AgentSettings::read(&path).expect("absent is fine"), None);
+        let s = AgentSettings {
+            node_name: "n1".into(),
+            node_ip: Some("10.0.2.15".into()),
+            control_plane: Some(ControlPlane {
+                server: "https://10.0.2.100:6443".into(),
+                ca_pem: "PEM".into(),
+                bootstrap_token: "abcdef.0123456789abcdef".into(),
+                kubelet_endpoint: None,
+            }),
+            insecure_registries: vec!["10.0.2.101:5000".into()],
+        };
+        s.write(&path).expect("write");
+        assert_eq!(AgentSettings::read(&path).expect("read"), Some(s));
+        let mode = std::fs::metadata(&path).expect("stat").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        std::fs::write(&path, "{").expect("corrupt");
+        assert!(matches!(
+            AgentSettings::read(&path),
+            Err(SettingsError::Decode { .. })
+        ));
+    }
+}
