@@ -65,7 +65,7 @@ impl LogError {
     /// The HTTP status the agent answers with.
     pub fn status(&self) -> u16 {
         match self {
-            // As the kubelet: a missing previous instance is a bad request (SEEDS-SPEC API-58).
+            // As the kubelet: a missing previous instance is a bad request (docs/SEEDS-SPEC.md API-58).
             LogError::BadParameter(_) | LogError::BadPath | LogError::NoPrevious { .. } => 400,
             _ => 404,
         }

@@ -157,7 +157,7 @@ fn container_config(pod: &Value, c: &Value, restarts: u32) -> ContainerConfig {
     }
 }
 
-/// An event about a pod (or one of its containers) for the API (SEEDS-SPEC.md Appendix B).
+/// An event about a pod (or one of its containers) for the API (docs/SEEDS-SPEC.md Appendix B).
 #[derive(Debug, Clone)]
 struct Event {
     reason: &'static str,

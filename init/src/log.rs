@@ -20,7 +20,7 @@ pub fn install(role: &'static str, filter: &str) {
 
 /// Like [`install`], but console lines go to `console` instead of fd 2. The runtime role uses a
 /// close-on-exec duplicate of fd 2: libcontainer's children log through this subscriber after
-/// they have put the container's stdio on fds 0-2 (RUNTIME-NOTES.md P3).
+/// they have put the container's stdio on fds 0-2 (docs/RUNTIME-NOTES.md P3).
 pub fn install_with_console(role: &'static str, filter: &str, console: Option<File>) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let mut writer = LineWriter::new();

@@ -2,7 +2,7 @@
 //! shutdown.
 //!
 //! Why the move: `pivot_root(2)` fails with EINVAL when the current root is the initramfs `rootfs`
-//! (it has no parent mount), and container runtimes pivot into their rootfs (RUNTIME-NOTES.md §4 P1).
+//! (it has no parent mount), and container runtimes pivot into their rootfs (docs/RUNTIME-NOTES.md §4 P1).
 //! So PID 1 copies what it still needs onto a tmpfs, makes the tmpfs `/`, and frees the
 //! initramfs in the background.
 

@@ -1,4 +1,4 @@
-//! The pod cgroup tree and its values, as SEEDS-SPEC.md §4.10-4.11 records them.
+//! The pod cgroup tree and its values, as docs/SEEDS-SPEC.md §4.10-4.11 records them.
 //!
 //! ```text
 //! /kubepods.slice                                   cpu.weight from node CPUs, memory.max = allocatable

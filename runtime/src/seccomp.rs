@@ -1,7 +1,7 @@
 //! Seccomp for containers, in pure Rust (seccompiler), installed by a libcontainer `Executor`.
 //!
 //! libcontainer built without its `libseccomp` feature silently ignores `linux.seccomp`
-//! (RUNTIME-NOTES.md §1.3), so our specs never carry one: the profile travels in the executor,
+//! (docs/RUNTIME-NOTES.md §1.3), so our specs never carry one: the profile travels in the executor,
 //! which compiles it before the container starts (`validate`: a profile that cannot be built
 //! fails the create) and installs it as the last step before `execve` (`exec`: a profile that
 //! cannot be installed fails the start). Nothing is ever ignored.

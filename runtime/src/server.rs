@@ -2,7 +2,7 @@
 //!
 //! **Fork safety.** libcontainer `clone3()`s the calling process and runs Rust code (allocation,
 //! serde, tracing) in the children; done from a multithreaded process on musl it hung (a lock held
-//! by another thread at clone time; RUNTIME-NOTES.md P2). So containers are created here, in a
+//! by another thread at clone time; docs/RUNTIME-NOTES.md P2). So containers are created here, in a
 //! process of the node binary (`nodeos runtime`) that never starts a thread: one `poll(2)` loop
 //! over the API socket, the containers' output pipes and a pidfd per process. Being the parent, it
 //! also reaps every container and records exit codes, which libcontainer leaves to the caller.
@@ -103,7 +103,7 @@ fn io_ctx(what: impl Into<String>) -> impl FnOnce(io::Error) -> RuntimeError {
 
 fn lc_err(what: impl Into<String>) -> impl FnOnce(libcontainer::error::LibcontainerError) -> RuntimeError {
     let what = what.into();
-    // libcontainer's Display hides the cause (RUNTIME-NOTES.md P4); Debug keeps the chain.
+    // libcontainer's Display hides the cause (docs/RUNTIME-NOTES.md P4); Debug keeps the chain.
     move |e| RuntimeError::Container {
         what,
         detail: format!("{e:?}"),

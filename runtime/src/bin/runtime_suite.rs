@@ -256,7 +256,7 @@ fn share_process_namespace(s: &mut Suite) -> R {
     s.remove_pod(&sb)
 }
 
-/// Every value of SEEDS-SPEC.md §4.10 and §4.11 for one pod of each QoS class.
+/// Every value of docs/SEEDS-SPEC.md §4.10 and §4.11 for one pod of each QoS class.
 fn cgroup_values(s: &mut Suite) -> R {
     let node_mem: u64 = fs::read_to_string("/proc/meminfo")
         .ok()

@@ -1,4 +1,4 @@
-//! Image references, normalised as Kubernetes does (SEEDS-SPEC.md NODE-56): no registry means the
+//! Image references, normalised as Kubernetes does (docs/SEEDS-SPEC.md NODE-56): no registry means the
 //! Docker public registry, a one-part name there gets `library/`, no tag means `latest`, and a
 //! reference with both a tag and a digest is pulled by the digest.
 

@@ -1,4 +1,4 @@
-//! Defaults of SEEDS-SPEC.md §1.9 (API-48 to API-50) with the upstream values; `admit` applies
+//! Defaults of docs/SEEDS-SPEC.md §1.9 (API-48 to API-50) with the upstream values; `admit` applies
 //! them after its own.
 
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! Admission: defaulting ([`defaults`]) and validation ([`validation`]) of objects (SEEDS-SPEC
+//! Admission: defaulting ([`defaults`]) and validation ([`validation`]) of objects (docs/SEEDS-SPEC.md
 //! §1.9-1.10), the shape and type checks of request bodies, and approval and signing of node
 //! client CSRs ([`csr`]). Pure functions of the object: nothing here reads the store.
 

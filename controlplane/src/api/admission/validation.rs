@@ -1,4 +1,4 @@
-//! Validation rules of SEEDS-SPEC.md §1.10 (API-51 to API-56) with the upstream messages;
+//! Validation rules of docs/SEEDS-SPEC.md §1.10 (API-51 to API-56) with the upstream messages;
 //! `admit` runs them after the defaults.
 
 use serde_json::Value;

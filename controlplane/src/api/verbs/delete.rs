@@ -72,7 +72,7 @@ impl Api {
         if policy == "Orphan" {
             self.orphan_dependents(&obj).await?;
         }
-        // Graceful pod deletion (SEEDS-SPEC API-40): a pod on a node that has not terminated
+        // Graceful pod deletion (docs/SEEDS-SPEC.md API-40): a pod on a node that has not terminated
         // stays, with deletionTimestamp = now + grace, until its node finishes it (grace from the
         // request, else spec.terminationGracePeriodSeconds, default 30). Unscheduled or finished
         // pods, and grace 0, go at once.

@@ -1,4 +1,4 @@
-//! `pods/<name>/eviction` with PodDisruptionBudgets (SEEDS-SPEC CTL-46, API-58): pods that are
+//! `pods/<name>/eviction` with PodDisruptionBudgets (docs/SEEDS-SPEC.md CTL-46, API-58): pods that are
 //! Pending, finished or already being deleted go at once; otherwise the one budget whose
 //! selector matches the pod must allow a disruption, which is charged to the budget's status
 //! (`disruptionsAllowed` down by one, the pod in `disruptedPods`) with a compare-and-swap write
