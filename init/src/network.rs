@@ -214,4 +214,52 @@ mod tests {
         };
         assert_eq!(choose_hostname(&cfg, &[]), "n1");
     }
+
+    /// A static interface against the kernel, as root, in a scratch network namespace (a
+    /// thread that unshared its own): link up, address, default route; configuring it again
+    /// is not an error. Skipped without root or network namespaces.
+    #[test]
+    fn configures_a_static_interface_in_a_scratch_namespace() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let t = std::thread::spawn(|| -> Result<(), String> {
+            if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
+                eprintln!("skipped: no network namespaces");
+                return Ok(());
+            }
+            let own = nix::unistd::gettid().as_raw();
+            let mut nl = Netlink::open().map_err(|e| e.to_string())?;
+            nl.create_veth("vt0", "vt1", own).map_err(|e| e.to_string())?;
+            let itf = InterfaceConfig::Static {
+                name: "vt0".into(),
+                address: Ipv4Addr::new(10, 98, 0, 5),
+                prefix: 24,
+                gateway: Some(Ipv4Addr::new(10, 98, 0, 1)),
+            };
+            let done = configure_one(&itf).map_err(|e| e.to_string())?;
+            assert_eq!((done.address, done.prefix), (Ipv4Addr::new(10, 98, 0, 5), 24));
+            configure_one(&itf).map_err(|e| format!("again: {e}"))?;
+            let vt0 = nl.interface("vt0").map_err(|e| e.to_string())?;
+            assert!(vt0.mac.is_some());
+            let err = nl
+                .add_default_route(Ipv4Addr::new(10, 98, 0, 1), vt0.index)
+                .expect_err("the route is there");
+            assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
+            let missing = InterfaceConfig::Static {
+                name: "nope0".into(),
+                address: Ipv4Addr::new(10, 97, 0, 5),
+                prefix: 24,
+                gateway: None,
+            };
+            let err = configure_one(&missing).expect_err("no such interface");
+            assert!(
+                err.to_string().contains("no network interface \"nope0\""),
+                "{err}"
+            );
+            Ok(())
+        });
+        t.join().expect("thread").expect("static interface");
+    }
 }

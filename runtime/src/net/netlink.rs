@@ -127,14 +127,16 @@ impl Netlink {
                     op,
                     reason: e.to_string(),
                 };
-                let len = NetlinkBuffer::new_checked(data).map_err(bad)?.length() as usize;
+                let header = NetlinkBuffer::new_checked(data).map_err(bad)?;
+                let (len, seq) = (header.length() as usize, header.sequence_number());
                 let (this, rest) = data.split_at(len.min(data.len()));
                 // Messages are 4-byte aligned; the padding of the last one may be absent.
                 data = rest.get(len.next_multiple_of(4) - len..).unwrap_or_default();
-                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(this).map_err(bad)?;
-                if reply.header.sequence_number != self.seq {
+                if seq != self.seq {
+                    // A late answer to an earlier request that failed before its ack.
                     continue;
                 }
+                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(this).map_err(bad)?;
                 match reply.payload {
                     NetlinkPayload::Error(e) => {
                         return match e.code {
