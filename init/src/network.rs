@@ -224,24 +224,24 @@ mod tests {
             eprintln!("skipped: needs root");
             return;
         }
-        let t = std::thread::spawn(|| -> Result<(), String> {
+        let t = std::thread::spawn(|| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
                 eprintln!("skipped: no network namespaces");
                 return Ok(());
             }
             let own = nix::unistd::gettid().as_raw();
-            let mut nl = Netlink::open().map_err(|e| e.to_string())?;
-            nl.create_veth("vt0", "vt1", own).map_err(|e| e.to_string())?;
+            let mut nl = Netlink::open()?;
+            nl.create_veth("vt0", "vt1", own)?;
             let itf = InterfaceConfig::Static {
                 name: "vt0".into(),
                 address: Ipv4Addr::new(10, 98, 0, 5),
                 prefix: 24,
                 gateway: Some(Ipv4Addr::new(10, 98, 0, 1)),
             };
-            let done = configure_one(&itf).map_err(|e| e.to_string())?;
+            let done = configure_one(&itf)?;
             assert_eq!((done.address, done.prefix), (Ipv4Addr::new(10, 98, 0, 5), 24));
             configure_one(&itf).map_err(|e| format!("again: {e}"))?;
-            let vt0 = nl.interface("vt0").map_err(|e| e.to_string())?;
+            let vt0 = nl.interface("vt0")?;
             assert!(vt0.mac.is_some());
             let err = nl
                 .add_default_route(Ipv4Addr::new(10, 98, 0, 1), vt0.index)

@@ -168,33 +168,27 @@ mod tests {
                 let _ = done_rx.recv();
             }
         });
-        let node = std::thread::spawn(move || -> Result<(), String> {
-            let Ok(pod_tid) = tid_rx.recv().map_err(|e| e.to_string())? else {
+        let node = std::thread::spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            let Ok(pod_tid) = tid_rx.recv()? else {
                 eprintln!("skipped: no network namespaces");
                 return Ok(());
             };
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(|e| e.to_string())?;
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)?;
             let cidr = Cidr::parse("10.99.0.0/24").ok_or("cidr")?;
-            let mut nl = Netlink::open().map_err(|e| e.to_string())?;
-            let bridge = nl
-                .ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)
-                .map_err(|e| e.to_string())?;
-            let again = nl
-                .ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)
-                .map_err(|e| e.to_string())?;
+            let mut nl = Netlink::open()?;
+            let bridge = nl.ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)?;
+            let again = nl.ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)?;
             assert_eq!(bridge, again, "an existing bridge is reused");
             let twice = nl
                 .add_address(bridge, cidr.gateway(), cidr.prefix)
                 .expect_err("EEXIST");
             assert_eq!(twice.errno(), Some(libc::EEXIST), "{twice}");
             let ip = Ipv4Addr::new(10, 99, 0, 2);
-            attach(bridge, &cidr, "sandbox0123456789", pod_tid, ip).map_err(|e| e.to_string())?;
-            let veth = nl
-                .interface(&veth_name("sandbox0123456789"))
-                .map_err(|e| e.to_string())?;
+            attach(bridge, &cidr, "sandbox0123456789", pod_tid, ip)?;
+            let veth = nl.interface(&veth_name("sandbox0123456789"))?;
             assert!(veth.mac.is_some(), "a veth has an Ethernet address");
-            let mut in_pod = Netlink::open_in(pod_tid).map_err(|e| e.to_string())?;
-            let eth0 = in_pod.interface("eth0").map_err(|e| e.to_string())?;
+            let mut in_pod = Netlink::open_in(pod_tid)?;
+            let eth0 = in_pod.interface("eth0")?;
             let err = in_pod
                 .add_address(eth0.index, ip, cidr.prefix)
                 .expect_err("EEXIST");
@@ -207,7 +201,7 @@ mod tests {
                 matches!(in_pod.interface("nope0"), Err(NetlinkError::NoInterface(_))),
                 "unknown names are NoInterface"
             );
-            detach("sandbox0123456789").map_err(|e| e.to_string())?;
+            detach("sandbox0123456789")?;
             assert!(matches!(
                 nl.interface(&veth_name("sandbox0123456789")),
                 Err(NetlinkError::NoInterface(_))
@@ -216,8 +210,9 @@ mod tests {
                 in_pod.interface("eth0"),
                 Err(NetlinkError::NoInterface(_))
             ));
-            detach("sandbox0123456789").map_err(|e| e.to_string())?;
-            nl.delete_link(bridge).map_err(|e| e.to_string())
+            detach("sandbox0123456789")?;
+            nl.delete_link(bridge)?;
+            Ok(())
         });
         let r = node.join().expect("node thread");
         let _ = done_tx.send(());
