@@ -1,12 +1,33 @@
 //! Host networking at boot: loopback, then each configured interface by DHCP or static address,
-//! a default route, and /etc/resolv.conf.
+//! a default route, and /etc/resolv.conf. Links, addresses and routes go through the runtime's
+//! rtnetlink module (`runtime::net::netlink`), the one the pod network uses.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
+use runtime::net::{Netlink, NetlinkError};
+
 use crate::config::{InterfaceConfig, MachineConfig};
 use crate::{dhcp, sys};
+
+/// Why one interface could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("{step}: {source}")]
+    Netlink {
+        step: &'static str,
+        source: NetlinkError,
+    },
+    #[error("interface has no Ethernet hardware address")]
+    NoHardwareAddress,
+    #[error("dhcp: {0}")]
+    Dhcp(#[from] dhcp::DhcpError),
+}
+
+fn step(step: &'static str) -> impl FnOnce(NetlinkError) -> NetworkError {
+    move |source| NetworkError::Netlink { step, source }
+}
 
 /// The outcome for one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +57,10 @@ pub fn physical_interfaces(sys_class_net: &Path) -> Vec<String> {
 /// Brings up loopback and configures the interfaces; failures are logged per interface and the
 /// node carries on with what worked.
 pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
-    if let Err(e) = sys::link_up("lo") {
+    if let Err(e) = Netlink::open().and_then(|mut nl| {
+        let lo = nl.index("lo")?;
+        nl.set_up(lo)
+    }) {
         tracing::warn!(error = %e, "loopback up failed");
     }
     let plan: Vec<InterfaceConfig> = if cfg.interfaces.is_empty() {
@@ -79,7 +103,8 @@ pub fn configure(cfg: &MachineConfig) -> Vec<Configured> {
     done
 }
 
-fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
+fn configure_one(itf: &InterfaceConfig) -> Result<Configured, NetworkError> {
+    let mut nl = Netlink::open().map_err(step("netlink"))?;
     match itf {
         InterfaceConfig::Static {
             name,
@@ -87,11 +112,9 @@ fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
             prefix,
             gateway,
         } => {
-            sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
-            sys::set_ipv4(name, *address, *prefix).map_err(|e| format!("set address: {e}"))?;
-            if let Some(gw) = gateway {
-                sys::add_default_route(name, *gw).map_err(|e| format!("default route: {e}"))?;
-            }
+            let index = nl.index(name).map_err(step("link"))?;
+            nl.set_up(index).map_err(step("link up"))?;
+            set_address(&mut nl, index, *address, *prefix, *gateway)?;
             Ok(Configured {
                 name: name.clone(),
                 address: *address,
@@ -102,14 +125,11 @@ fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
             })
         }
         InterfaceConfig::Dhcp { name } => {
-            sys::link_up(name).map_err(|e| format!("link up: {e}"))?;
-            let mac = sys::hw_addr(name).map_err(|e| format!("hardware address: {e}"))?;
-            let lease =
-                dhcp::acquire(name, mac, 4, Duration::from_millis(1500)).map_err(|e| format!("dhcp: {e}"))?;
-            sys::set_ipv4(name, lease.address, lease.prefix).map_err(|e| format!("set address: {e}"))?;
-            if let Some(gw) = lease.router {
-                sys::add_default_route(name, gw).map_err(|e| format!("default route: {e}"))?;
-            }
+            let link = nl.interface(name).map_err(step("link"))?;
+            nl.set_up(link.index).map_err(step("link up"))?;
+            let mac = link.mac.ok_or(NetworkError::NoHardwareAddress)?;
+            let lease = dhcp::acquire(name, mac, 4, Duration::from_millis(1500))?;
+            set_address(&mut nl, link.index, lease.address, lease.prefix, lease.router)?;
             Ok(Configured {
                 name: name.clone(),
                 address: lease.address,
@@ -120,6 +140,30 @@ fn configure_one(itf: &InterfaceConfig) -> Result<Configured, String> {
             })
         }
     }
+}
+
+/// Adds the address and the default route; either already being there is fine.
+fn set_address(
+    nl: &mut Netlink,
+    index: u32,
+    address: Ipv4Addr,
+    prefix: u8,
+    gateway: Option<Ipv4Addr>,
+) -> Result<(), NetworkError> {
+    let exists_ok = |r: Result<(), NetlinkError>| match r {
+        Err(e) if e.errno() == Some(libc::EEXIST) => Ok(()),
+        r => r,
+    };
+    exists_ok(nl.add_address(index, address, prefix)).map_err(step("set address"))?;
+    if let Some(gw) = gateway {
+        exists_ok(nl.add_default_route(gw, index)).map_err(step("default route"))?;
+    }
+    Ok(())
+}
+
+/// The hardware address of an interface.
+fn hardware_address(name: &str) -> Option<[u8; 6]> {
+    Netlink::open().and_then(|mut nl| nl.interface(name)).ok()?.mac
 }
 
 /// /etc/resolv.conf for the host (pods get their own from the agent).
@@ -143,7 +187,7 @@ pub fn choose_hostname(cfg: &MachineConfig, configured: &[Configured]) -> String
     }
     let mac = physical_interfaces(Path::new("/sys/class/net"))
         .first()
-        .and_then(|n| sys::hw_addr(n).ok());
+        .and_then(|n| hardware_address(n));
     match mac {
         Some(m) => format!("node-{:02x}{:02x}{:02x}", m[3], m[4], m[5]),
         None => "node".into(),
@@ -169,5 +213,53 @@ mod tests {
             ..MachineConfig::default()
         };
         assert_eq!(choose_hostname(&cfg, &[]), "n1");
+    }
+
+    /// A static interface against the kernel, as root, in a scratch network namespace (a
+    /// thread that unshared its own): link up, address, default route; configuring it again
+    /// is not an error. Skipped without root or network namespaces.
+    #[test]
+    fn configures_a_static_interface_in_a_scratch_namespace() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let t = std::thread::spawn(|| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
+                eprintln!("skipped: no network namespaces");
+                return Ok(());
+            }
+            let own = nix::unistd::gettid().as_raw();
+            let mut nl = Netlink::open()?;
+            nl.create_veth("vt0", "vt1", own)?;
+            let itf = InterfaceConfig::Static {
+                name: "vt0".into(),
+                address: Ipv4Addr::new(10, 98, 0, 5),
+                prefix: 24,
+                gateway: Some(Ipv4Addr::new(10, 98, 0, 1)),
+            };
+            let done = configure_one(&itf)?;
+            assert_eq!((done.address, done.prefix), (Ipv4Addr::new(10, 98, 0, 5), 24));
+            configure_one(&itf).map_err(|e| format!("again: {e}"))?;
+            let vt0 = nl.interface("vt0")?;
+            assert!(vt0.mac.is_some());
+            let err = nl
+                .add_default_route(Ipv4Addr::new(10, 98, 0, 1), vt0.index)
+                .expect_err("the route is there");
+            assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
+            let missing = InterfaceConfig::Static {
+                name: "nope0".into(),
+                address: Ipv4Addr::new(10, 97, 0, 5),
+                prefix: 24,
+                gateway: None,
+            };
+            let err = configure_one(&missing).expect_err("no such interface");
+            assert!(
+                err.to_string().contains("no network interface \"nope0\""),
+                "{err}"
+            );
+            Ok(())
+        });
+        t.join().expect("thread").expect("static interface");
     }
 }

@@ -116,45 +116,52 @@ fn denied_syscalls() -> Vec<i64> {
     v
 }
 
-fn target_arch() -> Result<TargetArch, String> {
+/// Why a profile could not be compiled or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp: unsupported architecture {0}")]
+    Architecture(&'static str),
+    #[error("seccomp: {0}")]
+    Compile(#[from] seccompiler::BackendError),
+    #[error("installing seccomp filter: {0}")]
+    Install(#[source] seccompiler::Error),
+}
+
+fn target_arch() -> Result<TargetArch, SeccompError> {
     match std::env::consts::ARCH {
         "x86_64" => Ok(TargetArch::x86_64),
         "aarch64" => Ok(TargetArch::aarch64),
-        other => Err(format!("seccomp: unsupported architecture {other}")),
+        other => Err(SeccompError::Architecture(other)),
     }
 }
 
 /// Compiles the profile to BPF programs, applied in order (the kernel runs all of them and the
 /// most restrictive result wins). `Unconfined` compiles to nothing.
-pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, String> {
+pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, SeccompError> {
     if profile == Profile::Unconfined {
         return Ok(Vec::new());
     }
     let arch = target_arch()?;
-    let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         denied_syscalls().into_iter().map(|n| (n, Vec::new())).collect();
     // clone(flags, ...) with a namespace flag; clone3 passes flags in memory the filter cannot
     // read, so it gets ENOSYS and libcs fall back to clone.
     let mut clone_rules = Vec::new();
     for flag in NS_FLAGS {
-        let c = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
-            .map_err(err)?;
-        clone_rules.push(SeccompRule::new(vec![c]).map_err(err)?);
+        let c = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)?;
+        clone_rules.push(SeccompRule::new(vec![c])?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
-    let deny =
-        SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(EPERM), arch).map_err(err)?;
+    let deny = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(EPERM), arch)?;
     let clone3 = SeccompFilter::new(
         BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
-    )
-    .map_err(err)?;
+    )?;
     let mut out = Vec::new();
     for f in [deny, clone3] {
-        out.push(BpfProgram::try_from(f).map_err(|e| format!("seccomp: {e}"))?);
+        out.push(BpfProgram::try_from(f)?);
     }
     Ok(out)
 }
@@ -167,15 +174,15 @@ pub struct SeccompExecutor {
 
 impl Executor for SeccompExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        for prog in compile(self.profile).map_err(ExecutorError::Other)? {
-            seccompiler::apply_filter(&prog)
-                .map_err(|e| ExecutorError::Other(format!("installing seccomp filter: {e}")))?;
+        let other = |e: SeccompError| ExecutorError::Other(e.to_string());
+        for prog in compile(self.profile).map_err(other)? {
+            seccompiler::apply_filter(&prog).map_err(|e| other(SeccompError::Install(e)))?;
         }
         default::get_executor().exec(spec)
     }
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
-        compile(self.profile).map_err(ExecutorValidationError::ArgValidationError)?;
+        compile(self.profile).map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
         default::get_executor().validate(spec)
     }
 

@@ -94,6 +94,8 @@ pub enum RuntimeError {
     Cgroup(#[from] cgroups::CgroupError),
     #[error(transparent)]
     Image(#[from] crate::image::store::StoreError),
+    #[error("{what}: {source}")]
+    Network { what: String, source: net::NetlinkError },
 }
 
 fn io_ctx(what: impl Into<String>) -> impl FnOnce(io::Error) -> RuntimeError {
@@ -195,7 +197,7 @@ pub struct Runtime {
     /// Deferred replies: (connection, reply).
     outbox: Vec<(u64, Reply)>,
     /// The pod bridge's interface index, once created.
-    bridge: Option<i32>,
+    bridge: Option<u32>,
     /// The machine's memory (bytes), for Burstable oom_score_adj.
     node_memory: u64,
     /// Whether the pause root holds the node binary (prepared at the first sandbox).
@@ -561,13 +563,16 @@ impl Runtime {
             self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
                 RuntimeError::Invalid(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
             })?;
-        net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(io_ctx("pod network"))?;
+        net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(|source| RuntimeError::Network {
+            what: "pod network".into(),
+            source,
+        })?;
         Ok((pid, pidfd, ip))
     }
 
     /// The pod bridge, created on first use: its kernel module loads in the background after
     /// boot, so this waits (up to 30 s) for init's "modules done" marker first.
-    fn ensure_bridge(&mut self) -> Result<i32, RuntimeError> {
+    fn ensure_bridge(&mut self) -> Result<u32, RuntimeError> {
         if let Some(b) = self.bridge {
             return Ok(b);
         }
@@ -576,9 +581,13 @@ impl Runtime {
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = fs::write("/proc/sys/net/ipv4/ip_forward", "1");
+        let cidr = self.opts.pod_cidr;
         let idx = net::Netlink::open()
-            .and_then(|mut nl| nl.ensure_bridge(net::BRIDGE, &self.opts.pod_cidr))
-            .map_err(io_ctx(format!("pod bridge {}", net::BRIDGE)))?;
+            .and_then(|mut nl| nl.ensure_bridge(net::BRIDGE, cidr.gateway(), cidr.prefix))
+            .map_err(|source| RuntimeError::Network {
+                what: format!("pod bridge {}", net::BRIDGE),
+                source,
+            })?;
         tracing::info!(bridge = net::BRIDGE, cidr = %self.opts.pod_cidr, "pod network ready");
         self.bridge = Some(idx);
         Ok(idx)

@@ -52,6 +52,10 @@ pub enum RegistryError {
         platform: String,
         available: String,
     },
+    #[error("{what}: {source}")]
+    Body { what: String, source: HttpError },
+    #[error("{what}: {source}")]
+    Read { what: String, source: std::io::Error },
     #[error("writing {what}: {source}")]
     Write { what: String, source: std::io::Error },
 }
@@ -388,9 +392,9 @@ impl Registry {
         let what = format!("manifest {repository}:{reference}");
         let bytes = resp
             .read_limited(MAX_MANIFEST_BYTES)
-            .map_err(|e| RegistryError::Manifest {
+            .map_err(|source| RegistryError::Body {
                 what: what.clone(),
-                reason: e.to_string(),
+                source,
             })?;
         if reference.starts_with("sha256:") {
             verify_digest(&what, &bytes, reference)?;
@@ -464,9 +468,9 @@ pub fn copy_verified(
     let mut buf = vec![0u8; 64 * 1024];
     let mut limited = input.take(d.size + 1);
     loop {
-        let n = limited.read(&mut buf).map_err(|e| RegistryError::Manifest {
+        let n = limited.read(&mut buf).map_err(|source| RegistryError::Read {
             what: what.into(),
-            reason: e.to_string(),
+            source,
         })?;
         if n == 0 {
             break;
@@ -597,11 +601,17 @@ mod tests {
                     if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                         break;
                     }
-                    head.push_str(&line);
+                    // Header names are case-insensitive: compare them in lower case.
+                    match line.split_once(':') {
+                        Some((name, value)) if !head.is_empty() => {
+                            head.push_str(&format!("{}:{value}", name.to_ascii_lowercase()))
+                        }
+                        _ => head.push_str(&line),
+                    }
                 }
                 let resp = if head.starts_with("GET /token?") {
                     "HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n{\"token\":\"t0k3n\"}".to_string()
-                } else if head.contains("Authorization: Bearer t0k3n") {
+                } else if head.contains("authorization: Bearer t0k3n") {
                     let body = r#"{"schemaVersion":2,"config":{"digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":1},"layers":[]}"#;
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
                 } else {
@@ -633,10 +643,10 @@ mod tests {
             seen[1]
         );
         assert!(
-            seen[1].contains("Authorization: Basic dTpw"),
+            seen[1].contains("authorization: Basic dTpw"),
             "basic credentials sent to the realm: {}",
             seen[1]
         );
-        assert!(seen[2].contains("Authorization: Bearer t0k3n"));
+        assert!(seen[2].contains("authorization: Bearer t0k3n"));
     }
 }

@@ -1,0 +1,222 @@
+//! Pod networking: a bridge on the node, one veth pair per pod (the pod end is `eth0` in the
+//! sandbox's network namespace), addresses from the node's pod CIDR, and a default route via the
+//! bridge. Spoken over rtnetlink (`netlink`, on `netlink-packet-route`; no `ip` binary on the node).
+//!
+//! The pod end is configured through a netlink socket opened inside the pod's namespace: the
+//! runtime process enters it with `setns`, opens the socket and returns. That is safe only
+//! because the runtime process has a single thread (see `server`).
+
+use std::fs::File;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+
+use nix::sched::{CloneFlags, setns};
+
+pub mod netlink;
+
+pub use netlink::{Interface, Netlink, NetlinkError};
+
+/// The bridge pods attach to.
+pub const BRIDGE: &str = "nodeos0";
+
+/// An IPv4 network (address and prefix length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Option<Self> {
+        let (a, p) = s.split_once('/')?;
+        let prefix: u8 = p.parse().ok()?;
+        (prefix <= 30).then_some(())?;
+        let addr: Ipv4Addr = a.parse().ok()?;
+        let mask = u32::MAX << (32 - prefix);
+        Some(Cidr {
+            addr: Ipv4Addr::from(u32::from(addr) & mask),
+            prefix,
+        })
+    }
+
+    /// The n-th address of the network (1 = the gateway).
+    pub fn host(&self, n: u32) -> Option<Ipv4Addr> {
+        let size = 1u32 << (32 - self.prefix);
+        (n >= 1 && n < size - 1).then(|| Ipv4Addr::from(u32::from(self.addr) + n))
+    }
+
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) + 1)
+    }
+
+    /// The lowest host address from .2 on that is not in `used`.
+    pub fn allocate(&self, used: &[Ipv4Addr]) -> Option<Ipv4Addr> {
+        (2..).map_while(|n| self.host(n)).find(|ip| !used.contains(ip))
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// The host-side veth name of a sandbox (15 characters at most).
+pub fn veth_name(sandbox_id: &str) -> String {
+    format!("veth{}", &sandbox_id[..sandbox_id.len().min(11)])
+}
+
+/// Wires a sandbox: loopback up, veth pair, pod end `eth0` with `ip`, default route via the
+/// bridge. On failure the pair is removed again.
+pub fn attach(
+    bridge: u32,
+    cidr: &Cidr,
+    sandbox_id: &str,
+    pause_pid: i32,
+    ip: Ipv4Addr,
+) -> Result<(), NetlinkError> {
+    let mut host = Netlink::open()?;
+    let veth = veth_name(sandbox_id);
+    host.create_veth(&veth, "eth0", pause_pid)?;
+    let idx = host.index(&veth)?;
+    let wired = (|| {
+        host.set_controller(idx, bridge)?;
+        host.set_up(idx)?;
+        let mut pod = Netlink::open_in(pause_pid)?;
+        let lo = pod.index("lo")?;
+        let eth0 = pod.index("eth0")?;
+        pod.set_up(lo)?;
+        pod.add_address(eth0, ip, cidr.prefix)?;
+        pod.set_up(eth0)?;
+        pod.add_default_route(cidr.gateway(), eth0)
+    })();
+    if wired.is_err() {
+        let _ = host.delete_link(idx);
+    }
+    wired
+}
+
+/// Runs `f` in the network namespace of `pid`, then returns to the caller's own. Only sound in
+/// a single-threaded process (see `crate::server`): `setns` moves the calling thread only.
+fn in_netns<T>(pid: i32, f: impl FnOnce() -> Result<T, NetlinkError>) -> Result<T, NetlinkError> {
+    let netns = |source: io::Error| NetlinkError::Netns { pid, source };
+    let own = File::open("/proc/thread-self/ns/net").map_err(netns)?;
+    let target = File::open(format!("/proc/{pid}/ns/net")).map_err(netns)?;
+    setns(target.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| netns(e.into()))?;
+    let r = f();
+    setns(own.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| netns(e.into()))?;
+    r
+}
+
+/// Removes a sandbox's veth (gone already when its namespace died: not an error).
+pub fn detach(sandbox_id: &str) -> Result<(), NetlinkError> {
+    let mut nl = Netlink::open()?;
+    let veth = veth_name(sandbox_id);
+    let idx = match nl.index(&veth) {
+        Ok(i) => i,
+        Err(NetlinkError::NoInterface(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match nl.delete_link(idx) {
+        // The pod's namespace died with its pause process and took the pair along meanwhile.
+        Err(_) if matches!(nl.index(&veth), Err(NetlinkError::NoInterface(_))) => Ok(()),
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_allocation() {
+        let c = Cidr::parse("10.244.0.7/24").expect("cidr");
+        assert_eq!(c.to_string(), "10.244.0.0/24");
+        assert_eq!(c.gateway(), Ipv4Addr::new(10, 244, 0, 1));
+        assert_eq!(c.allocate(&[]), Some(Ipv4Addr::new(10, 244, 0, 2)));
+        let used = [Ipv4Addr::new(10, 244, 0, 2), Ipv4Addr::new(10, 244, 0, 4)];
+        assert_eq!(c.allocate(&used), Some(Ipv4Addr::new(10, 244, 0, 3)));
+        let small = Cidr::parse("10.0.0.0/30").expect("cidr");
+        assert_eq!(small.allocate(&[]), Some(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(
+            small.allocate(&[Ipv4Addr::new(10, 0, 0, 2)]),
+            None,
+            "pool exhausted"
+        );
+        assert!(Cidr::parse("10.0.0.0/31").is_none());
+        assert!(Cidr::parse("x/24").is_none());
+    }
+
+    /// The whole pod wiring against the kernel, as root: a "node" and a "pod" network namespace
+    /// (each a thread that unshared its own), bridge, veth into the pod, addresses, default
+    /// route, then removal. Skipped without root or network namespaces.
+    #[test]
+    fn wires_and_unwires_a_pod_in_scratch_namespaces() {
+        use std::sync::mpsc;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let pod = std::thread::spawn(move || {
+            let r = nix::sched::unshare(CloneFlags::CLONE_NEWNET).map(|()| nix::unistd::gettid().as_raw());
+            let ok = r.is_ok();
+            let _ = tid_tx.send(r);
+            if ok {
+                let _ = done_rx.recv();
+            }
+        });
+        let node = std::thread::spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            let Ok(pod_tid) = tid_rx.recv()? else {
+                eprintln!("skipped: no network namespaces");
+                return Ok(());
+            };
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)?;
+            let cidr = Cidr::parse("10.99.0.0/24").ok_or("cidr")?;
+            let mut nl = Netlink::open()?;
+            let bridge = nl.ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)?;
+            let again = nl.ensure_bridge("nodeos-t0", cidr.gateway(), cidr.prefix)?;
+            assert_eq!(bridge, again, "an existing bridge is reused");
+            let twice = nl
+                .add_address(bridge, cidr.gateway(), cidr.prefix)
+                .expect_err("EEXIST");
+            assert_eq!(twice.errno(), Some(libc::EEXIST), "{twice}");
+            let ip = Ipv4Addr::new(10, 99, 0, 2);
+            attach(bridge, &cidr, "sandbox0123456789", pod_tid, ip)?;
+            let veth = nl.interface(&veth_name("sandbox0123456789"))?;
+            assert!(veth.mac.is_some(), "a veth has an Ethernet address");
+            let mut in_pod = Netlink::open_in(pod_tid)?;
+            let eth0 = in_pod.interface("eth0")?;
+            let err = in_pod
+                .add_address(eth0.index, ip, cidr.prefix)
+                .expect_err("EEXIST");
+            assert_eq!(err.errno(), Some(libc::EEXIST), "the pod has its address: {err}");
+            let err = in_pod
+                .add_default_route(cidr.gateway(), eth0.index)
+                .expect_err("EEXIST");
+            assert_eq!(err.errno(), Some(libc::EEXIST), "the pod has its route: {err}");
+            assert!(
+                matches!(in_pod.interface("nope0"), Err(NetlinkError::NoInterface(_))),
+                "unknown names are NoInterface"
+            );
+            detach("sandbox0123456789")?;
+            assert!(matches!(
+                nl.interface(&veth_name("sandbox0123456789")),
+                Err(NetlinkError::NoInterface(_))
+            ));
+            assert!(matches!(
+                in_pod.interface("eth0"),
+                Err(NetlinkError::NoInterface(_))
+            ));
+            detach("sandbox0123456789")?;
+            nl.delete_link(bridge)?;
+            Ok(())
+        });
+        let r = node.join().expect("node thread");
+        let _ = done_tx.send(());
+        pod.join().expect("pod thread");
+        r.expect("pod wiring");
+    }
+}
