@@ -4,6 +4,8 @@
 //! move off the initramfs, cgroup2, machine config, hostname, network, then supervision of the
 //! node's services until a shutdown request, then an orderly poweroff or reboot.
 
+#![deny(unsafe_code)]
+
 pub mod config;
 pub mod dhcp;
 pub mod log;
@@ -11,6 +13,8 @@ pub mod modules;
 pub mod mounts;
 pub mod network;
 pub mod supervisor;
+// The one module with `unsafe` (each block has a `// SAFETY:` comment).
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! The node binary. Its role comes from argv[0] (`init`, or PID 1) or the first argument:
 //! `agent`, `runtime`, `pause`, `crashtest`, `version`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -1,10 +1,14 @@
 //! Kubernetes logic used by both the control plane and the node agent, with no server
-//! dependencies (docs/DESIGN.md §2: one place, never two copies). Today: API time formats, JSON merge patch and
-//! resource quantities, URL query values.
+//! dependencies (docs/DESIGN.md §2: one place, never two copies): API time formats, JSON merge
+//! patch, resource quantities and pod requests, label/node selectors, taints and tolerations,
+//! URL query values.
 
 #![forbid(unsafe_code)]
 
 pub mod json;
+pub mod labels;
 pub mod quantity;
+pub mod resources;
+pub mod taints;
 pub mod time;
 pub mod url;

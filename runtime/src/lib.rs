@@ -4,6 +4,8 @@
 //! Containers are created by the runtime process ([`server`]), a single-threaded process of the
 //! node binary; everything else talks to it through [`api`].
 
+#![deny(unsafe_code)]
+
 pub mod api;
 pub mod cgroups;
 pub mod image;
@@ -19,6 +21,8 @@ pub mod pty {
 pub mod seccomp;
 pub mod server;
 pub mod spec;
+// The one module with `unsafe` (each block has a `// SAFETY:` comment).
+#[allow(unsafe_code)]
 mod sys;
 
 /// Where a node keeps its images.

@@ -11,6 +11,8 @@
 //! Prints `BENCH {json}` per measurement and `BENCH done`.
 //! Usage: `runtime-bench --registry HOST:PORT [--runs N]`
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

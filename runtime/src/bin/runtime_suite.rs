@@ -6,10 +6,12 @@
 //! Usage: `runtime-suite --registry HOST:PORT [--only CASE[,CASE...]]`
 //! (`runtime-suite readopt-child <file>` is its own helper for the re-adoption case).
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -639,13 +641,7 @@ fn exec(s: &mut Suite) -> R {
     })?;
     // A terminal, with a window size set from outside.
     let pty = nix::pty::openpty(None, None).map_err(e("openpty"))?;
-    let ws = nix::pty::Winsize {
-        ws_row: 40,
-        ws_col: 100,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    set_winsize(&pty.master, &ws)?;
+    runtime::pty::set_window_size(pty.master.as_fd(), 100, 40).map_err(e("TIOCSWINSZ"))?;
     let slave = pty.slave.as_raw_fd();
     let id = s
         .client
@@ -670,14 +666,6 @@ fn exec(s: &mut Suite) -> R {
     let err = s.client.exec("nope", vec!["true".into()], [0, 1, 2]);
     ensure(err.is_err(), || "exec into a missing container succeeded".into())?;
     s.remove_pod(&sb)
-}
-
-fn set_winsize(fd: &impl AsRawFd, ws: &nix::pty::Winsize) -> R {
-    nix::ioctl_write_ptr_bad!(tiocswinsz, libc::TIOCSWINSZ, nix::pty::Winsize);
-    // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which is valid for the call.
-    unsafe { tiocswinsz(fd.as_raw_fd(), ws) }
-        .map(|_| ())
-        .map_err(e("TIOCSWINSZ"))
 }
 
 fn log_rotation(s: &mut Suite) -> R {
