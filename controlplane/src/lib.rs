@@ -6,9 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod hollow;
 pub mod inprocess;
+pub mod leader;
 pub mod pki;
 #[cfg(any(test, feature = "testing"))]
 pub mod process;
+pub mod scheduler;
 pub mod server;
 pub mod storage;

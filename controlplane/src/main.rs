@@ -1,14 +1,87 @@
-//! `controlplane serve --data-dir DIR [--listen ADDR]`: the API server on its embedded store.
+//! `controlplane`: the bundled control plane and its standalone components.
+//!
+//! - `serve --data-dir DIR [--listen ADDR]`: the API server on its embedded store (or `--etcd`),
+//!   with the scheduler in process;
+//! - `scheduler --kubeconfig FILE`: the scheduler alone, against any API server;
+//! - `hollow-nodes --kubeconfig FILE --count N`: simulated nodes for tests and benchmarks.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use clap::{Parser, Subcommand};
 use controlplane::api::{Api, Caller};
+use controlplane::inprocess::InProcess;
 use controlplane::pki::Pki;
+use controlplane::scheduler::{self, SchedulerConfig};
 use controlplane::server;
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+
+#[derive(Debug, Parser)]
+#[command(name = "controlplane", about = "The nodeos control plane")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The API server (with the scheduler in process).
+    Serve(ServeArgs),
+    /// The scheduler alone, against the API server of a kubeconfig.
+    Scheduler(SchedulerArgs),
+    /// Simulated nodes (no containers) that register, heartbeat and run pods bound to them.
+    HollowNodes(controlplane::hollow::HollowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Where the PKI, the store and admin.kubeconfig live.
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Extra serving-certificate names (e.g. the address nodes dial); repeatable.
+    #[arg(long = "san")]
+    sans: Vec<String>,
+    /// Share one etcd (`http://HOST:PORT`) with other API servers instead of the embedded store.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// Do not run the scheduler in process (e.g. to run another one against this server).
+    #[arg(long)]
+    no_scheduler: bool,
+    #[command(flatten)]
+    scheduling: SchedulingArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct SchedulingArgs {
+    /// Percentage of nodes to find feasible before scoring (0: adaptive, 50 − nodes/125, ≥ 5).
+    #[arg(long, default_value_t = 0)]
+    percentage_of_nodes_to_score: u32,
+    /// Run without leader election (one scheduler per cluster is then up to you).
+    #[arg(long)]
+    no_leader_elect: bool,
+}
+
+impl SchedulingArgs {
+    fn config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            percentage_of_nodes_to_score: self.percentage_of_nodes_to_score,
+            leader_elect: !self.no_leader_elect,
+            ..SchedulerConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct SchedulerArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[command(flatten)]
+    scheduling: SchedulingArgs,
+}
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -17,82 +90,81 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    if args.first().map(String::as_str) != Some("serve") {
-        bail!(
-            "usage: controlplane serve --data-dir DIR [--listen ADDR (default 127.0.0.1:6443)] [--san NAME_OR_IP]... [--etcd http://HOST:PORT]"
-        );
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Serve(args) => rt.block_on(serve(args)),
+        Command::Scheduler(args) => rt.block_on(async move {
+            let client =
+                transport::kubeapi::from_kubeconfig(&args.kubeconfig, "kube-scheduler/v1.32.0 nodeos")
+                    .await
+                    .context("--kubeconfig")?;
+            scheduler::run(client, args.scheduling.config()).await;
+            Ok(())
+        }),
+        Command::HollowNodes(args) => rt.block_on(controlplane::hollow::run(args)),
     }
-    let data_dir = PathBuf::from(value("--data-dir").context("--data-dir is required")?);
-    let listen: SocketAddr = value("--listen")
-        .unwrap_or_else(|| "127.0.0.1:6443".into())
-        .parse()
-        .context("--listen")?;
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut sans = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
         "::1".to_string(),
     ];
-    // --san NAME_OR_IP (repeatable): extra serving-certificate names, e.g. the address nodes dial.
-    for (i, a) in args.iter().enumerate() {
-        if a == "--san" {
-            sans.push(args.get(i + 1).cloned().context("--san needs a value")?);
-        }
+    sans.extend(args.sans.iter().cloned());
+    if !args.listen.ip().is_unspecified() && !sans.contains(&args.listen.ip().to_string()) {
+        sans.push(args.listen.ip().to_string());
     }
-    if !listen.ip().is_unspecified() && !sans.contains(&listen.ip().to_string()) {
-        sans.push(listen.ip().to_string());
-    }
+    let data_dir = &args.data_dir;
     let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        // --etcd http://HOST:PORT: several API servers share one etcd; otherwise the embedded store.
-        let store: Arc<dyn controlplane::storage::Store> = match value("--etcd") {
-            Some(url) => Arc::new(controlplane::storage::etcd::EtcdStore::new(&url).context("--etcd")?),
-            None => Arc::new(
-                EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store")))
-                    .context("opening the store")?,
-            ),
+    let store: Arc<dyn controlplane::storage::Store> = match &args.etcd {
+        Some(url) => Arc::new(controlplane::storage::etcd::EtcdStore::new(url).context("--etcd")?),
+        None => Arc::new(
+            EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?,
+        ),
+    };
+    let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
+    api.bootstrap()
+        .await
+        .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let kubeconfig = pki.write_kubeconfig(data_dir, addr)?;
+    let mut tokens = server::Tokens::new();
+    tokens.insert(
+        pki.admin_token.clone(),
+        Caller {
+            user: "admin".into(),
+            groups: vec!["system:masters".into()],
+        },
+    );
+    // The node bootstrap token: it may only ask for a kubelet client certificate (enforced by
+    // the CSR signer; RBAC is not enforced yet).
+    tokens.insert(
+        pki.bootstrap_token.clone(),
+        Caller {
+            user: format!("system:bootstrap:{}", pki.bootstrap_token_id()),
+            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
+        },
+    );
+    if !args.no_scheduler {
+        let caller = Caller {
+            user: "system:kube-scheduler".into(),
+            groups: vec!["system:authenticated".into()],
         };
-        let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
-        api.bootstrap()
-            .await
-            .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("listening on {listen}"))?;
-        let addr = listener.local_addr()?;
-        let kubeconfig = pki.write_kubeconfig(&data_dir, addr)?;
-        let mut tokens = server::Tokens::new();
-        tokens.insert(
-            pki.admin_token.clone(),
-            Caller {
-                user: "admin".into(),
-                groups: vec!["system:masters".into()],
-            },
-        );
-        // The node bootstrap token: it may only ask for a kubelet client certificate (enforced by
-        // the CSR signer; RBAC is not enforced yet).
-        tokens.insert(
-            pki.bootstrap_token.clone(),
-            Caller {
-                user: format!("system:bootstrap:{}", pki.bootstrap_token_id()),
-                groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
-            },
-        );
-        tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");
-        println!(
-            "controlplane: serving on https://{addr} (kubeconfig {})",
-            kubeconfig.display()
-        );
-        match server::serve(api, listener, server::tls_config(&pki)?, tokens).await {}
-    })
+        let client = InProcess::new(api.clone(), caller, "kube-scheduler").client();
+        tokio::spawn(scheduler::run(client, args.scheduling.config()));
+    }
+    tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");
+    println!(
+        "controlplane: serving on https://{addr} (kubeconfig {})",
+        kubeconfig.display()
+    );
+    match server::serve(api, listener, server::tls_config(&pki)?, tokens).await {}
 }

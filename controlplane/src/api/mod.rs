@@ -22,6 +22,7 @@ pub mod request;
 pub mod schema;
 pub mod status;
 mod streams;
+pub use streams::KUBELET_ENDPOINT_ANNOTATION;
 mod verbs;
 
 use std::sync::{Arc, OnceLock};
@@ -83,32 +84,60 @@ impl Api {
         self
     }
 
-    /// Creates what a fresh cluster has: the four namespaces (with their ServiceAccount and CA
+    /// Creates what a fresh cluster has: the built-in PriorityClasses and the four namespaces (with their ServiceAccount and CA
     /// ConfigMap). Idempotent.
     pub async fn bootstrap(&self) -> Result<(), ApiError> {
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            let res =
-                registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
+        let namespace =
+            |ns: &str| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        let mut objects: Vec<(&str, &str, &str, serde_json::Value)> =
+            ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .into_iter()
+                .map(|ns| ("", "namespaces", ns, namespace(ns)))
+                .collect();
+        // The built-in PriorityClasses (upstream's API server creates them at start).
+        for (name, value, description) in [
+            (
+                "system-node-critical",
+                2_000_001_000,
+                "Used for system critical pods that must not be moved from their current node.",
+            ),
+            (
+                "system-cluster-critical",
+                2_000_000_000,
+                "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+            ),
+        ] {
+            objects.push((
+                "scheduling.k8s.io",
+                "priorityclasses",
+                name,
+                serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value, "description": description,
+                    "preemptionPolicy": "PreemptLowerPriority", "globalDefault": false}),
+            ));
+        }
+        for (group, plural, name, body) in objects {
+            let res = registry::find(group, "v1", plural)
+                .ok_or_else(|| ApiError::internal(format!("{plural} not served")))?;
             if self
                 .store
-                .get(&res.key(None, ns))
+                .get(&res.key(None, name))
                 .await
                 .map_err(store_err)?
-                .is_none()
+                .is_some()
             {
-                let body =
-                    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-                let target = Target {
-                    res,
-                    namespace: None,
-                    name: None,
-                    sub: None,
-                };
-                match self.create(&target, body, &Query::default(), None).await {
-                    Ok(_) => {}
-                    Err(e) if e.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
+                continue;
+            }
+            let target = Target {
+                res,
+                namespace: None,
+                name: None,
+                sub: None,
+            };
+            match self.create(&target, body, &Query::default(), None).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())

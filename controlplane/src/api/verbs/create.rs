@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{Fields, drop_unknown_fields, fieldmanager, writer};
 use crate::api::Api;
 use crate::api::admission::{self, check_shape, check_type};
-use crate::api::object::stored::{encode, store_err_for, stored_at};
+use crate::api::object::stored::{decode, encode, store_err, store_err_for, stored_at};
 use crate::api::object::{self, name_of};
 use crate::api::registry::{self, Resource};
 use crate::api::request::{Caller, Query, Target};
@@ -104,6 +104,9 @@ impl Api {
             self.namespace_active(ns).await?;
         }
         reset_status_on_create(res, &mut obj);
+        if res.plural == "pods" && res.group.is_empty() {
+            self.resolve_priority(&mut obj).await?;
+        }
         admission::admit(res, &mut obj, true)?;
         let meta = &mut obj["metadata"];
         meta["uid"] = json!(object::new_uid());
@@ -173,6 +176,70 @@ impl Api {
                 Err(e) if e.code == 409 => {}
                 Err(e) => return Err(e),
             }
+        }
+        Ok(())
+    }
+
+    /// The Priority admission plugin: `spec.priority` and `spec.preemptionPolicy` from the pod's
+    /// PriorityClass (or the cluster's `globalDefault` class); a missing class is a 403, and a pod
+    /// may not bring a different value of its own.
+    async fn resolve_priority(&self, pod: &mut Value) -> Result<(), ApiError> {
+        let pcs = registry::find("scheduling.k8s.io", "v1", "priorityclasses")
+            .ok_or_else(|| ApiError::internal("priorityclasses not served"))?;
+        let pod_name = name_of(pod).to_string();
+        let forbidden = |message: String| ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!("pods \"{pod_name}\" is forbidden: {message}"),
+            details: Some(json!({"name": pod_name, "kind": "pods"})),
+        };
+        let class_name = pod["spec"]["priorityClassName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
+        let class = match &class_name {
+            Some(name) => match self.read_object(pcs, None, name).await {
+                Ok((pc, _)) => Some(pc),
+                Err(e) if e.code == 404 => {
+                    return Err(forbidden(format!("no PriorityClass with name {name} was found")));
+                }
+                Err(e) => return Err(e),
+            },
+            None => {
+                let page = self
+                    .store
+                    .list(&pcs.key_prefix(), None, 0)
+                    .await
+                    .map_err(store_err)?;
+                page.items
+                    .iter()
+                    .filter_map(|kv| decode(kv).ok())
+                    .filter(|pc| pc["globalDefault"] == true)
+                    .max_by_key(|pc| pc["value"].as_i64().unwrap_or(0))
+            }
+        };
+        let Some(class) = class else { return Ok(()) };
+        let priority = class["value"].as_i64().unwrap_or(0);
+        if let Some(given) = pod["spec"]["priority"].as_i64()
+            && given != priority
+        {
+            return Err(forbidden(format!(
+                "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {priority} from the given PriorityClass name"
+            )));
+        }
+        pod["spec"]["priority"] = json!(priority);
+        if class_name.is_none() {
+            pod["spec"]["priorityClassName"] = class["metadata"]["name"].clone();
+        }
+        if let Some(policy) = class["preemptionPolicy"].as_str() {
+            if let Some(given) = pod["spec"]["preemptionPolicy"].as_str()
+                && given != policy
+            {
+                return Err(forbidden(format!(
+                    "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
+                )));
+            }
+            pod["spec"]["preemptionPolicy"] = json!(policy);
         }
         Ok(())
     }

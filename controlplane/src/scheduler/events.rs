@@ -1,0 +1,113 @@
+//! Events about pods, written through the API as upstream's `default-scheduler` writes them:
+//! `Scheduled`, `FailedScheduling`, `Preempted`. A repeat of the same event (same pod, reason and
+//! message) updates the first one's `count` and `lastTimestamp` instead of creating another.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::pod::PodInfo;
+
+/// Repeats remembered for aggregation (the oldest are forgotten beyond this).
+const REMEMBERED: usize = 8192;
+
+/// Writes events for one component.
+pub struct Recorder {
+    client: kube::Client,
+    component: String,
+    instance: String,
+    /// (pod uid, reason, message) → (event name, count).
+    seen: Mutex<HashMap<(String, String, String), (String, i32)>>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("component", &self.component)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Normal or Warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Normal,
+    Warning,
+}
+
+impl Recorder {
+    pub fn new(client: kube::Client, component: &str, instance: &str) -> Self {
+        Self {
+            client,
+            component: component.into(),
+            instance: instance.into(),
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records an event about `pod` (failures are logged: events are best effort).
+    pub async fn pod_event(&self, pod: &PodInfo, kind: Kind, reason: &str, action: &str, message: &str) {
+        if let Err(e) = self.write(pod, kind, reason, action, message).await {
+            tracing::debug!(pod = %pod.key(), reason, error = %e, "event not recorded");
+        }
+    }
+
+    async fn write(
+        &self,
+        pod: &PodInfo,
+        kind: Kind,
+        reason: &str,
+        action: &str,
+        message: &str,
+    ) -> Result<(), kube::Error> {
+        let events: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &pod.namespace);
+        let now = kcore::time::rfc3339(SystemTime::now());
+        let key = (pod.uid.clone(), reason.to_string(), message.to_string());
+        let repeat = self.seen.lock().ok().and_then(|s| s.get(&key).cloned());
+        if let Some((name, count)) = repeat {
+            let patch = json!({"count": count + 1, "lastTimestamp": now});
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    if let Ok(mut s) = self.seen.lock() {
+                        s.insert(key, (name, count + 1));
+                    }
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("{}.{nanos:x}", pod.name);
+        let body = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": pod.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+                               "uid": pod.uid, "resourceVersion": pod.pod.metadata.resource_version},
+            "reason": reason, "message": message,
+            "type": match kind { Kind::Normal => "Normal", Kind::Warning => "Warning" },
+            "source": {"component": self.component},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": self.component, "reportingInstance": self.instance, "action": action,
+        });
+        let event: Event = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+        events.create(&PostParams::default(), &event).await?;
+        if let Ok(mut s) = self.seen.lock() {
+            if s.len() >= REMEMBERED {
+                s.clear();
+            }
+            s.insert(key, (name, 1));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Table tests of the scheduling cycle with the specification examples.
