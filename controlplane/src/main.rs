@@ -63,14 +63,19 @@ struct SchedulingArgs {
     /// Run without leader election (one scheduler per cluster is then up to you).
     #[arg(long)]
     no_leader_elect: bool,
+    /// This instance's name in the Lease (default: `<hostname>_<random>`).
+    #[arg(long)]
+    identity: Option<String>,
 }
 
 impl SchedulingArgs {
     fn config(&self) -> SchedulerConfig {
+        let defaults = SchedulerConfig::default();
         SchedulerConfig {
             percentage_of_nodes_to_score: self.percentage_of_nodes_to_score,
             leader_elect: !self.no_leader_elect,
-            ..SchedulerConfig::default()
+            identity: self.identity.clone().unwrap_or(defaults.identity.clone()),
+            ..defaults
         }
     }
 }

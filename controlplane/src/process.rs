@@ -128,3 +128,56 @@ impl Drop for EtcdProcess {
         let _ = self.child.wait();
     }
 }
+
+/// `controlplane hollow-nodes` as a child process (killed on drop: its nodes are lost).
+#[derive(Debug)]
+pub struct HollowProcess {
+    child: Child,
+}
+
+impl HollowProcess {
+    /// Starts `count` hollow nodes named `<prefix>-<i>` against the API server of `kubeconfig`
+    /// and waits until they are registered.
+    pub fn spawn(
+        bin: &Path,
+        kubeconfig: &Path,
+        count: usize,
+        prefix: &str,
+        extra: &[&str],
+    ) -> std::io::Result<Self> {
+        let mut child = Command::new(bin)
+            .args(["hollow-nodes", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(["--count", &count.to_string(), "--name-prefix", prefix])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        if !line.contains("nodes registered") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "hollow nodes did not start: {line:?}"
+            )));
+        }
+        Ok(Self { child })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for HollowProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
