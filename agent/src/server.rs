@@ -25,10 +25,9 @@ use crate::{AgentConfig, AgentError};
 /// A self-signed serving certificate for `names` (the kubelet's default), with client
 /// certificates verified against `ca_pem` when given.
 fn tls_config(names: &[String], ca_pem: Option<&str>) -> Result<rustls::ServerConfig, AgentError> {
-    let cert_err = |e: rcgen::Error| AgentError::Certificate(e.to_string());
-    let key = rcgen::KeyPair::generate().map_err(cert_err)?;
-    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(cert_err)?;
-    let cert = params.self_signed(&key).map_err(cert_err)?;
+    let key = rcgen::KeyPair::generate().map_err(AgentError::Certificate)?;
+    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(AgentError::Certificate)?;
+    let cert = params.self_signed(&key).map_err(AgentError::Certificate)?;
     Ok(transport::tls::server_config(
         &cert.pem(),
         &key.serialize_pem(),
