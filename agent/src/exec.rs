@@ -1,18 +1,26 @@
 //! `kubectl exec` on the node: `GET /exec/<namespace>/<pod>/<container>?command=...` upgraded to a
-//! WebSocket speaking the `v5.channel.k8s.io` protocol (binary frames whose first byte is the
+//! WebSocket speaking the `v5.channel.k8s.io` protocol (binary messages whose first byte is the
 //! channel: 0 stdin, 1 stdout, 2 stderr, 3 the final Status, 4 terminal resize, 255 close of a
 //! stream). The process runs through the runtime (`Exec`, stdio passed as descriptors): pipes,
-//! or a pseudo-terminal with `tty=true`.
+//! or a pseudo-terminal with `tty=true`. The WebSocket itself (frames, fragments, masking, ping,
+//! close) is tokio-tungstenite's; this module speaks the channel protocol over its messages.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
+use std::time::Duration;
 
-use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::stream::SplitSink;
+use futures_util::{SinkExt, Stream, StreamExt};
+use serde::Deserialize;
 use serde_json::json;
-use sha1::{Digest, Sha1};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, Role, WebSocketConfig};
 
 /// The only subprotocol served.
 pub const PROTOCOL: &str = "v5.channel.k8s.io";
@@ -24,15 +32,44 @@ const ERROR: u8 = 3;
 const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
 
-/// Largest client frame accepted (stdin chunks and resize messages are small).
-const MAX_FRAME: u64 = 1 << 20;
+/// Largest client message (and frame) accepted: stdin chunks and resize messages are small.
+const MAX_MESSAGE: usize = 1 << 20;
+/// How much is read from the connection at a time (the crate's default, 128 KiB, is sized for
+/// bulk transfers; a session mostly carries keystrokes and small stdin chunks).
+const READ_BUFFER: usize = 16 * 1024;
+/// How long output is still relayed after the process exited (a background child may keep the
+/// pipes open).
+const DRAIN: Duration = Duration::from_secs(2);
 
-/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
-pub fn accept_key(key: &str) -> String {
-    let mut h = Sha1::new();
-    h.update(key.trim().as_bytes());
-    h.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(h.finalize())
+/// Why an exec cannot be set up or run. The texts are what the user sees (an HTTP body, or the
+/// message of the final Status).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("you must specify at least 1 command")]
+    NoCommand,
+    #[error("container {container} in pod {namespace}/{pod} is not running on this node")]
+    NotRunning {
+        namespace: String,
+        pod: String,
+        container: String,
+    },
+    #[error(transparent)]
+    Runtime(#[from] runtime::api::ClientError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl ExecError {
+    /// The HTTP status the agent answers an upgrade request with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ExecError::NoCommand => 400,
+            ExecError::Task(_) => 500,
+            ExecError::NotRunning { .. } | ExecError::Runtime(_) | ExecError::Io(_) => 404,
+        }
+    }
 }
 
 /// What the request asks for.
@@ -47,7 +84,7 @@ pub struct ExecRequest {
 
 impl ExecRequest {
     /// Parses the query (`command` repeated, `stdin`/`stdout`/`stderr`/`tty` flags).
-    pub fn parse(query: Option<&str>) -> Result<Self, String> {
+    pub fn parse(query: Option<&str>) -> Result<Self, ExecError> {
         let mut r = ExecRequest::default();
         for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -62,129 +99,41 @@ impl ExecRequest {
             }
         }
         if r.command.is_empty() {
-            return Err("you must specify at least 1 command".into());
+            return Err(ExecError::NoCommand);
         }
         Ok(r)
     }
 }
 
+fn runtime_client() -> Result<runtime::api::Client, ExecError> {
+    Ok(runtime::api::Client::connect(Path::new(runtime::api::SOCKET))?)
+}
+
 /// The runtime id of the running container `name` of pod `namespace/pod`.
-pub fn find_container(namespace: &str, pod: &str, name: &str) -> Result<String, String> {
-    let mut client =
-        runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
-    let sandboxes = client.list_sandboxes().map_err(|e| e.to_string())?;
+pub fn find_container(namespace: &str, pod: &str, name: &str) -> Result<String, ExecError> {
+    let mut client = runtime_client()?;
+    let sandboxes = client.list_sandboxes()?;
     let ids: Vec<&str> = sandboxes
         .iter()
         .filter(|s| s.namespace == namespace && s.name == pod)
         .map(|s| s.id.as_str())
         .collect();
-    let containers = client.list_containers().map_err(|e| e.to_string())?;
+    let containers = client.list_containers()?;
     containers
         .iter()
         .find(|c| {
             ids.contains(&c.sandbox_id.as_str()) && c.name == name && c.state == runtime::api::State::Running
         })
         .map(|c| c.id.clone())
-        .ok_or_else(|| format!("container {name} in pod {namespace}/{pod} is not running on this node"))
-}
-
-/// One WebSocket frame from the client.
-struct Frame {
-    fin: bool,
-    opcode: u8,
-    payload: Vec<u8>,
-}
-
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Frame> {
-    let mut head = [0u8; 2];
-    r.read_exact(&mut head).await?;
-    let fin = head[0] & 0x80 != 0;
-    let opcode = head[0] & 0x0f;
-    let masked = head[1] & 0x80 != 0;
-    let len = match head[1] & 0x7f {
-        126 => u64::from(r.read_u16().await?),
-        127 => r.read_u64().await?,
-        n => u64::from(n),
-    };
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other(format!("frame of {len} bytes")));
-    }
-    let mut mask = [0u8; 4];
-    if masked {
-        r.read_exact(&mut mask).await?;
-    }
-    let mut payload = vec![0u8; len as usize];
-    r.read_exact(&mut payload).await?;
-    if masked {
-        for (i, b) in payload.iter_mut().enumerate() {
-            *b ^= mask[i % 4];
-        }
-    }
-    Ok(Frame { fin, opcode, payload })
-}
-
-/// Client messages: data messages reassembled from their fragments (RFC 6455 §5.4), control
-/// frames (close, ping) as they come.
-struct MessageReader<R> {
-    inner: R,
-    partial: Option<(u8, Vec<u8>)>,
-}
-
-impl<R: AsyncRead + Unpin> MessageReader<R> {
-    async fn next(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
-        loop {
-            let f = read_frame(&mut self.inner).await?;
-            if f.opcode >= 8 {
-                return Ok((f.opcode, f.payload));
-            }
-            let (opcode, mut data) = match (f.opcode, self.partial.take()) {
-                (0, Some((op, mut buf))) => {
-                    buf.extend_from_slice(&f.payload);
-                    (op, buf)
-                }
-                (0, None) => return Err(std::io::Error::other("continuation without a message")),
-                (op, _) => (op, f.payload),
-            };
-            if data.len() as u64 > MAX_FRAME {
-                return Err(std::io::Error::other("message too large"));
-            }
-            if f.fin {
-                return Ok((opcode, std::mem::take(&mut data)));
-            }
-            self.partial = Some((opcode, data));
-        }
-    }
-}
-
-/// A server frame (FIN set, unmasked).
-fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + 10);
-    out.push(0x80 | opcode);
-    match payload.len() {
-        n if n < 126 => out.push(n as u8),
-        n if n <= 0xffff => {
-            out.push(126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(payload);
-    out
-}
-
-/// A binary frame on `channel`.
-fn channel_frame(channel: u8, data: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(data.len() + 1);
-    p.push(channel);
-    p.extend_from_slice(data);
-    frame(2, &p)
+        .ok_or_else(|| ExecError::NotRunning {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            container: name.into(),
+        })
 }
 
 /// The Status kubectl reads from channel 3 (its exit code comes from the `ExitCode` cause).
-pub fn status(exit: Result<i32, String>) -> serde_json::Value {
+pub fn status(exit: Result<i32, ExecError>) -> serde_json::Value {
     match exit {
         Ok(0) => json!({"metadata": {}, "status": "Success"}),
         Ok(code) => json!({
@@ -193,13 +142,164 @@ pub fn status(exit: Result<i32, String>) -> serde_json::Value {
             "reason": "NonZeroExitCode",
             "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
         }),
-        Err(e) => json!({"metadata": {}, "status": "Failure", "message": e, "reason": "InternalError"}),
+        Err(e) => {
+            json!({"metadata": {}, "status": "Failure", "message": e.to_string(), "reason": "InternalError"})
+        }
     }
+}
+
+/// A binary message on `channel`.
+fn channel_message(channel: u8, data: &[u8]) -> Message {
+    let mut p = BytesMut::with_capacity(data.len() + 1);
+    p.put_u8(channel);
+    p.put_slice(data);
+    Message::Binary(p.freeze())
+}
+
+/// The body of a resize message (`{"Width":80,"Height":24}`); what is missing is 0.
+#[derive(Debug, Default, Deserialize)]
+struct TerminalSize {
+    #[serde(rename = "Width", default)]
+    width: u64,
+    #[serde(rename = "Height", default)]
+    height: u64,
+}
+
+/// Our ends of a process's stdio and the process's own ends, which go to the runtime.
+struct Stdio {
+    /// Where stdin goes (the terminal's master with a tty).
+    stdin: OwnedFd,
+    /// What output is read from, with its channel.
+    outputs: Vec<(OwnedFd, u8)>,
+    /// The process's stdin, stdout and stderr.
+    child: [OwnedFd; 3],
+}
+
+impl Stdio {
+    /// Three pipes, or one pseudo-terminal for all three with `tty`.
+    fn new(tty: bool) -> std::io::Result<Self> {
+        if tty {
+            let (master, slave) = runtime::pty::openpty()?;
+            let reader = master.try_clone()?;
+            let child = [slave.try_clone()?, slave.try_clone()?, slave];
+            return Ok(Stdio {
+                stdin: master,
+                outputs: vec![(reader, STDOUT)],
+                child,
+            });
+        }
+        let (in_r, in_w) = std::io::pipe()?;
+        let (out_r, out_w) = std::io::pipe()?;
+        let (err_r, err_w) = std::io::pipe()?;
+        Ok(Stdio {
+            stdin: in_w.into(),
+            outputs: vec![(out_r.into(), STDOUT), (err_r.into(), STDERR)],
+            child: [in_r.into(), out_w.into(), err_w.into()],
+        })
+    }
+}
+
+/// A started process: our ends of its stdio and its exit code to come.
+struct Session {
+    stdin: OwnedFd,
+    outputs: Vec<(OwnedFd, u8)>,
+    exit: JoinHandle<Result<i32, ExecError>>,
+}
+
+/// Starts `req` in container `id` through the runtime.
+async fn start(id: String, req: &ExecRequest) -> Result<Session, ExecError> {
+    let Stdio {
+        stdin,
+        outputs,
+        child,
+    } = Stdio::new(req.tty)?;
+    let command = req.command.clone();
+    let exec_id = tokio::task::spawn_blocking(move || {
+        let mut client = runtime_client()?;
+        let fds = [child[0].as_raw_fd(), child[1].as_raw_fd(), child[2].as_raw_fd()];
+        let r = client.exec(&id, command, fds);
+        drop(child); // The process has its own copies now: EOF reaches us when it exits.
+        Ok::<_, ExecError>(r?)
+    })
+    .await??;
+    tracing::debug!(exec_id = %exec_id, "exec started");
+    let exit = tokio::task::spawn_blocking(move || Ok(runtime_client()?.wait_exec(&exec_id)?));
+    Ok(Session { stdin, outputs, exit })
+}
+
+/// Runs `req` in container `id` and serves the session on `io` (the upgraded connection) until
+/// the process has exited and its output is delivered, or the client left.
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, id: String, req: ExecRequest) {
+    let session = start(id, &req).await;
+    serve_session(io, &req, session).await;
+}
+
+/// Serves a started (or failed) session on `io`.
+async fn serve_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: S,
+    req: &ExecRequest,
+    session: Result<Session, ExecError>,
+) {
+    let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE));
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+    // Output goes through a task of its own, so a client that sends (stdin) never waits on one
+    // that is not read, and the other way round.
+    let (sink, mut messages) = ws.split();
+    let (out_tx, out_rx) = mpsc::channel::<Message>(64);
+    let writer = tokio::spawn(write_messages(sink, out_rx));
+    let exit = match session {
+        Ok(session) => relay(&mut messages, session, req, out_tx.clone()).await,
+        Err(e) => Some(Err(e)),
+    };
+    match &exit {
+        Some(Ok(code)) => tracing::debug!(exit_code = code, "exec ended"),
+        Some(Err(e)) => tracing::debug!(error = %e, "exec failed"),
+        None => tracing::debug!("exec client left"),
+    }
+    // None: the client left; there is nobody to tell.
+    if let Some(exit) = exit {
+        let status = status(exit).to_string();
+        let _ = out_tx.send(channel_message(ERROR, status.as_bytes())).await;
+        let normal = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = out_tx.send(Message::Close(Some(normal))).await;
+    }
+    drop(out_tx);
+    // Our side of the connection is shut down (TLS close_notify, then FIN) rather than just
+    // dropped, so the API server's splice sees a clean end.
+    if let Ok(sink) = writer.await
+        && let Ok(mut ws) = messages.reunite(sink)
+    {
+        let _ = ws.get_mut().shutdown().await;
+    }
+}
+
+type Sink<S> = SplitSink<WebSocketStream<S>, Message>;
+
+/// Sends what `out` carries, then completes the close (answering the client's close if it sent
+/// one). Hands the sink back for the final shutdown.
+async fn write_messages<S: AsyncRead + AsyncWrite + Unpin>(
+    mut sink: Sink<S>,
+    mut out: mpsc::Receiver<Message>,
+) -> Sink<S> {
+    while let Some(m) = out.recv().await {
+        if sink.send(m).await.is_err() {
+            return sink;
+        }
+    }
+    let _ = sink.close().await;
+    sink
 }
 
 /// Copies a descriptor's output to the client on `channel` until EOF (or EIO, a closed
 /// terminal). Reads are asynchronous, so dropping the task closes the descriptor.
-async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
+async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Message>) {
     if runtime::pty::set_nonblocking(fd.as_fd()).is_err() {
         return;
     }
@@ -221,7 +321,7 @@ async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
         }) {
             Ok(Ok(0) | Err(_)) => return,
             Ok(Ok(n)) => {
-                if out.send(channel_frame(channel, &buf[..n])).await.is_err() {
+                if out.send(channel_message(channel, &buf[..n])).await.is_err() {
                     return;
                 }
             }
@@ -230,162 +330,60 @@ async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Vec<u8>>) {
     }
 }
 
-/// Runs `req` in container `id` and serves the session on `io` until the process has exited and
-/// its output is delivered.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, id: String, req: ExecRequest) {
-    let (mut rd, mut wr) = tokio::io::split(io);
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writer = tokio::spawn(async move {
-        while let Some(f) = out_rx.recv().await {
-            if wr.write_all(&f).await.is_err() {
+/// Stdin goes through a bounded channel to a writer thread: a process that does not read holds
+/// the client back instead of filling our memory. Dropping the sender closes stdin.
+fn stdin_writer(fd: OwnedFd) -> mpsc::Sender<Bytes> {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+    let mut file = std::fs::File::from(fd);
+    std::thread::spawn(move || {
+        while let Some(chunk) = rx.blocking_recv() {
+            if file.write_all(&chunk).is_err() {
                 return;
             }
         }
-        let _ = wr.shutdown().await;
     });
-    let mut messages = MessageReader {
-        inner: &mut rd,
-        partial: None,
-    };
-    let exit = run(&mut messages, id, req, out_tx.clone()).await;
-    // None: the client left; there is nobody to tell.
-    if let Some(exit) = exit {
-        let status = status(exit).to_string();
-        let _ = out_tx.send(channel_frame(ERROR, status.as_bytes())).await;
-        let _ = out_tx.send(frame(8, &1000u16.to_be_bytes())).await;
-    }
-    drop(out_tx);
-    let _ = writer.await;
+    tx
 }
-
-/// How long output is still relayed after the process exited (a background child may keep the
-/// pipes open).
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The exit code (or why there is none); None when the client left first. Leaving closes the
 /// process's stdin and our ends of its output (a terminal hangs up), and stops waiting for it.
-async fn run<R: AsyncRead + Unpin>(
-    rd: &mut MessageReader<R>,
-    id: String,
-    req: ExecRequest,
-    out: mpsc::Sender<Vec<u8>>,
-) -> Option<Result<i32, String>> {
-    Some(match start(id, &req).await {
-        Ok(session) => return relay(rd, session, &req, out).await,
-        Err(e) => Err(e),
-    })
-}
-
-/// A started exec: its id and our ends of its stdio.
-struct Session {
-    exec_id: String,
-    stdin: OwnedFd,
-    outputs: Vec<(OwnedFd, u8)>,
-}
-
-async fn start(id: String, req: &ExecRequest) -> Result<Session, String> {
-    let io_err = |e: std::io::Error| e.to_string();
-    // Our ends: where stdin goes, what we read output from; the process's ends go to the runtime.
-    let (stdin_ours, outputs, child): (OwnedFd, Vec<(OwnedFd, u8)>, [OwnedFd; 3]) = if req.tty {
-        let (master, slave) = runtime::pty::openpty().map_err(io_err)?;
-        let reader = master.try_clone().map_err(io_err)?;
-        let c = [
-            slave.try_clone().map_err(io_err)?,
-            slave.try_clone().map_err(io_err)?,
-            slave,
-        ];
-        (master, vec![(reader, STDOUT)], c)
-    } else {
-        let (in_r, in_w) = std::io::pipe().map_err(io_err)?;
-        let (out_r, out_w) = std::io::pipe().map_err(io_err)?;
-        let (err_r, err_w) = std::io::pipe().map_err(io_err)?;
-        (
-            in_w.into(),
-            vec![(out_r.into(), STDOUT), (err_r.into(), STDERR)],
-            [in_r.into(), out_w.into(), err_w.into()],
-        )
-    };
-    let command = req.command.clone();
-    let exec_id = tokio::task::spawn_blocking(move || {
-        let mut client =
-            runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
-        let fds = [child[0].as_raw_fd(), child[1].as_raw_fd(), child[2].as_raw_fd()];
-        let r = client.exec(&id, command, fds).map_err(|e| e.to_string());
-        drop(child); // The process has its own copies now: EOF reaches us when it exits.
-        r
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    Ok(Session {
-        exec_id,
-        stdin: stdin_ours,
-        outputs,
-    })
-}
-
-async fn relay<R: AsyncRead + Unpin>(
-    rd: &mut MessageReader<R>,
+async fn relay<M>(
+    messages: &mut M,
     session: Session,
     req: &ExecRequest,
-    out: mpsc::Sender<Vec<u8>>,
-) -> Option<Result<i32, String>> {
+    out: mpsc::Sender<Message>,
+) -> Option<Result<i32, ExecError>>
+where
+    M: Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     let Session {
-        exec_id,
         stdin: stdin_ours,
         outputs,
+        exit,
     } = session;
     let pumps: Vec<_> = outputs
         .into_iter()
         .map(|(fd, channel)| tokio::spawn(pump_output(fd, channel, out.clone())))
         .collect();
-    let waiter = tokio::task::spawn_blocking(move || {
-        let mut client =
-            runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())?;
-        client.wait_exec(&exec_id).map_err(|e| e.to_string())
-    });
     let tty = req.tty;
     let resize_fd = if tty { stdin_ours.try_clone().ok() } else { None };
-    // Stdin goes through a bounded channel to a writer thread: a process that does not read
-    // holds the client back instead of filling our memory. Dropping the sender closes stdin.
-    let mut stdin: Option<mpsc::Sender<Vec<u8>>> = None;
-    if req.stdin || tty {
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
-        let mut file = std::fs::File::from(stdin_ours);
-        std::thread::spawn(move || {
-            while let Some(chunk) = rx.blocking_recv() {
-                if file.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
-        });
-        stdin = Some(tx);
+    let mut stdin = if req.stdin || tty {
+        Some(stdin_writer(stdin_ours))
     } else {
         drop(stdin_ours);
-    }
-    let mut waiter = std::pin::pin!(waiter);
+        None
+    };
+    let mut exit = std::pin::pin!(exit);
     let code = loop {
         tokio::select! {
-            done = &mut waiter => break done.map_err(|e| e.to_string()).and_then(|r| r),
-            m = rd.next() => match m {
-                Ok((0..=2, payload)) => match payload.split_first() {
-                    Some((&STDIN, data)) => {
-                        if let Some(w) = stdin.as_ref() {
-                            let _ = w.send(data.to_vec()).await;
-                        }
-                    }
-                    Some((&RESIZE, data)) => {
-                        if let (Some(fd), Ok(size)) = (resize_fd.as_ref(), serde_json::from_slice::<serde_json::Value>(data)) {
-                            let dim = |k: &str| u16::try_from(size[k].as_u64().unwrap_or(0)).unwrap_or(u16::MAX);
-                            let _ = runtime::pty::set_window_size(fd.as_fd(), dim("Width"), dim("Height"));
-                        }
-                    }
-                    Some((&CLOSE, [STDIN])) if !tty => stdin = None,
-                    _ => {}
-                },
-                Ok((9, payload)) => {
-                    let _ = out.send(frame(10, &payload)).await;
-                }
-                Ok((8, _)) | Err(_) => {
+            done = &mut exit => break done.map_err(ExecError::from).and_then(|r| r),
+            m = messages.next() => match m {
+                // Text is not what kubectl sends, but it carries a channel byte all the same.
+                Some(Ok(Message::Binary(data))) => on_channel(data, &mut stdin, resize_fd.as_ref(), tty).await,
+                Some(Ok(Message::Text(text))) => on_channel(Bytes::from(text), &mut stdin, resize_fd.as_ref(), tty).await,
+                // Pings are answered by the crate; pongs and raw frames carry nothing for us.
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                Some(Ok(Message::Close(_)) | Err(_)) | None => {
                     // The client left: close everything of ours; the process sees EOF, a broken
                     // pipe or a hangup. Its exit is no longer awaited.
                     for p in &pumps {
@@ -393,31 +391,54 @@ async fn relay<R: AsyncRead + Unpin>(
                     }
                     return None;
                 }
-                Ok(_) => {}
             },
         }
     };
     drop((stdin, resize_fd));
+    let deadline = tokio::time::Instant::now() + DRAIN;
     for p in pumps {
         let abort = p.abort_handle();
-        if tokio::time::timeout(DRAIN, p).await.is_err() {
+        if tokio::time::timeout_at(deadline, p).await.is_err() {
             abort.abort();
         }
     }
     Some(code)
 }
 
+/// One client message: stdin data, a terminal resize or the close of stdin.
+async fn on_channel(
+    data: Bytes,
+    stdin: &mut Option<mpsc::Sender<Bytes>>,
+    resize_fd: Option<&OwnedFd>,
+    tty: bool,
+) {
+    match data.first() {
+        Some(&STDIN) => {
+            if let Some(w) = stdin.as_ref() {
+                let _ = w.send(data.slice(1..)).await;
+            }
+        }
+        Some(&RESIZE) => {
+            if let (Some(fd), Ok(size)) = (resize_fd, serde_json::from_slice::<TerminalSize>(&data[1..])) {
+                let dim = |n: u64| u16::try_from(n).unwrap_or(u16::MAX);
+                let _ = runtime::pty::set_window_size(fd.as_fd(), dim(size.width), dim(size.height));
+            }
+        }
+        Some(&CLOSE) if data[1..] == [STDIN] && !tty => *stdin = None,
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::process::Command;
+    use std::time::Instant;
 
-    #[test]
-    fn accept_key_matches_rfc_6455() {
-        assert_eq!(
-            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-    }
+    use tokio::io::DuplexStream;
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+
+    use super::*;
 
     #[test]
     fn parses_kubectl_queries() {
@@ -427,49 +448,9 @@ mod tests {
         .expect("valid");
         assert_eq!(r.command, ["sh", "-c", "echo hi; exit 3"]);
         assert!(r.stdout && r.stderr && !r.stdin && !r.tty);
-        assert!(ExecRequest::parse(Some("stdout=true")).is_err());
-    }
-
-    #[test]
-    fn frames_round_trip() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().expect("rt");
-        rt.block_on(async {
-            // A masked client frame on channel 0.
-            let payload = b"\x00hello";
-            let mask = [1u8, 2, 3, 4];
-            let mut wire = vec![0x82, 0x80 | payload.len() as u8];
-            wire.extend_from_slice(&mask);
-            wire.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-            let f = read_frame(&mut &wire[..]).await.expect("frame");
-            assert_eq!((f.opcode, f.payload.as_slice()), (2, &payload[..]));
-            // A fragmented stdin message with a ping between its fragments.
-            let mut wire = vec![0x02, 3, STDIN, b'a', b'b'];
-            wire.extend([0x89, 1, b'p']);
-            wire.extend([0x80, 2, b'c', b'd']);
-            let mut m = MessageReader {
-                inner: &wire[..],
-                partial: None,
-            };
-            assert_eq!(m.next().await.expect("ping"), (9, b"p".to_vec()));
-            assert_eq!(
-                m.next().await.expect("message"),
-                (2, vec![STDIN, b'a', b'b', b'c', b'd'])
-            );
-            assert!(m.next().await.is_err(), "end of input");
-            let mut stray = MessageReader {
-                inner: &[0x80u8, 1, b'x'][..],
-                partial: None,
-            };
-            assert!(stray.next().await.is_err(), "a continuation without a message");
-            // Server frames: 7-bit, 16-bit and 64-bit lengths.
-            for n in [5usize, 300, 70_000] {
-                let data = vec![7u8; n];
-                let wire = channel_frame(STDOUT, &data);
-                let f = read_frame(&mut &wire[..]).await.expect("frame");
-                assert_eq!(f.payload.len(), n + 1);
-                assert_eq!(f.payload[0], STDOUT);
-            }
-        });
+        let none = ExecRequest::parse(Some("stdout=true")).expect_err("no command");
+        assert_eq!(none.to_string(), "you must specify at least 1 command");
+        assert_eq!(none.status(), 400);
     }
 
     #[test]
@@ -481,5 +462,219 @@ mod tests {
             s["details"]["causes"][0],
             json!({"reason": "ExitCode", "message": "3"})
         );
+        let gone = ExecError::NotRunning {
+            namespace: "default".into(),
+            pod: "web".into(),
+            container: "main".into(),
+        };
+        assert_eq!(
+            gone.to_string(),
+            "container main in pod default/web is not running on this node"
+        );
+        assert_eq!(gone.status(), 404);
+        let s = status(Err(gone));
+        assert_eq!(
+            (&s["status"], &s["reason"]),
+            (&json!("Failure"), &json!("InternalError"))
+        );
+    }
+
+    type Client = WebSocketStream<DuplexStream>;
+
+    /// `sh -c script` on the host in place of the runtime, with the stdio a session gets.
+    fn local_session(script: &str, tty: bool) -> Session {
+        let Stdio {
+            stdin,
+            outputs,
+            child,
+        } = Stdio::new(tty).expect("stdio");
+        let [i, o, e] = child;
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]).stdin(i).stdout(o).stderr(e);
+        let mut process = cmd.spawn().expect("sh");
+        drop(cmd); // Our copies of the process's ends: EOF must reach the pumps.
+        let exit = tokio::task::spawn_blocking(move || Ok(process.wait()?.code().unwrap_or(-1)));
+        Session { stdin, outputs, exit }
+    }
+
+    /// A client connected to `serve_session` over an in-memory connection.
+    async fn connect(req: ExecRequest, session: Result<Session, ExecError>) -> (Client, JoinHandle<()>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move { serve_session(theirs, &req, session).await });
+        let client = WebSocketStream::from_raw_socket(ours, Role::Client, None).await;
+        (client, server)
+    }
+
+    /// What the server sent until it closed: data per channel, and the close code.
+    #[derive(Debug, Default)]
+    struct Received {
+        channels: std::collections::BTreeMap<u8, Vec<u8>>,
+        closed: bool,
+        close: Option<CloseCode>,
+        pongs: usize,
+    }
+
+    impl Received {
+        fn text(&self, channel: u8) -> String {
+            String::from_utf8_lossy(self.channels.get(&channel).map_or(&[][..], |v| v)).into_owned()
+        }
+
+        fn status(&self) -> serde_json::Value {
+            serde_json::from_slice(self.channels.get(&ERROR).expect("a status")).expect("status JSON")
+        }
+    }
+
+    async fn receive_all(client: &mut Client) -> Received {
+        let mut r = Received::default();
+        let read = async {
+            while let Some(m) = client.next().await {
+                // The server shuts the connection down right after its close frame: answering it
+                // may fail.
+                if r.closed && m.is_err() {
+                    break;
+                }
+                match m.expect("message") {
+                    Message::Binary(b) => {
+                        let (channel, data) = b.split_first().expect("channel byte");
+                        r.channels.entry(*channel).or_default().extend_from_slice(data);
+                    }
+                    Message::Close(f) => {
+                        r.closed = true;
+                        r.close = f.map(|f| f.code);
+                    }
+                    Message::Pong(_) => r.pongs += 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the session ends");
+        r
+    }
+
+    fn request(stdin: bool, tty: bool) -> ExecRequest {
+        ExecRequest {
+            command: vec!["sh".into()],
+            stdin,
+            stdout: true,
+            stderr: !tty,
+            tty,
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn stdin_reassembled_output_split_and_exit_code() {
+        rt().block_on(async {
+            let session = local_session("cat; echo err >&2; exit 3", false);
+            let (mut client, server) = connect(request(true, false), Ok(session)).await;
+            // One stdin message in two fragments with a ping between them, then stdin closed.
+            let first = Frame::message(&b"\x00ab"[..], OpCode::Data(Data::Binary), false);
+            let rest = Frame::message(&b"cd"[..], OpCode::Data(Data::Continue), true);
+            client.send(Message::Frame(first)).await.expect("send");
+            client.send(Message::Ping("p".into())).await.expect("send");
+            client.send(Message::Frame(rest)).await.expect("send");
+            client.send(channel_message(CLOSE, &[STDIN])).await.expect("send");
+            let got = receive_all(&mut client).await;
+            assert_eq!(got.text(STDOUT), "abcd");
+            assert_eq!(got.text(STDERR), "err\n");
+            let s = got.status();
+            assert_eq!(s["reason"], "NonZeroExitCode");
+            assert_eq!(s["details"]["causes"][0]["message"], "3");
+            assert_eq!(got.close, Some(CloseCode::Normal));
+            assert_eq!(got.pongs, 1, "the ping is answered");
+            server.await.expect("server");
+        });
+    }
+
+    #[test]
+    fn terminal_resized_before_input() {
+        rt().block_on(async {
+            let session = local_session("read line; stty size; exit 0", true);
+            let (mut client, server) = connect(request(true, true), Ok(session)).await;
+            let resize = channel_message(RESIZE, br#"{"Width":100,"Height":40}"#);
+            client.send(resize).await.expect("send");
+            client.send(channel_message(STDIN, b"go\n")).await.expect("send");
+            let got = receive_all(&mut client).await;
+            assert!(got.text(STDOUT).contains("40 100"), "{:?}", got.text(STDOUT));
+            assert_eq!(got.status()["status"], "Success");
+            server.await.expect("server");
+        });
+    }
+
+    #[test]
+    fn client_leaving_ends_the_session() {
+        rt().block_on(async {
+            // `cat` only ends when its stdin closes, which our leaving does.
+            let session = local_session("cat", false);
+            let (mut client, server) = connect(request(true, false), Ok(session)).await;
+            client.send(channel_message(STDIN, b"x")).await.expect("send");
+            let echoed = client.next().await.expect("output").expect("message");
+            assert_eq!(echoed, channel_message(STDOUT, b"x"));
+            client.close(None).await.expect("close");
+            let got = receive_all(&mut client).await;
+            assert!(
+                got.channels.is_empty(),
+                "no status for a client that left: {got:?}"
+            );
+            tokio::time::timeout(Duration::from_secs(5), server)
+                .await
+                .expect("the server stops")
+                .expect("server");
+        });
+    }
+
+    #[test]
+    fn oversized_message_ends_the_session() {
+        rt().block_on(async {
+            let session = local_session("cat", false);
+            let (mut client, server) = connect(request(true, false), Ok(session)).await;
+            let big = vec![0u8; MAX_MESSAGE + 1];
+            // The server stops reading: the send itself may or may not complete.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), client.send(Message::Binary(big.into()))).await;
+            tokio::time::timeout(Duration::from_secs(5), server)
+                .await
+                .expect("the server stops")
+                .expect("server");
+        });
+    }
+
+    #[test]
+    fn output_relayed_at_most_two_seconds_after_exit() {
+        rt().block_on(async {
+            // The background `sleep` keeps stdout and stderr open after the shell exited.
+            let session = local_session("sleep 10 & echo started", false);
+            let started = Instant::now();
+            let (mut client, server) = connect(request(false, false), Ok(session)).await;
+            let got = receive_all(&mut client).await;
+            assert_eq!(got.text(STDOUT), "started\n");
+            assert_eq!(got.status()["status"], "Success");
+            let took = started.elapsed();
+            assert!(took >= DRAIN && took < DRAIN * 3, "{took:?}");
+            server.await.expect("server");
+        });
+    }
+
+    #[test]
+    fn failed_start_reported_as_status() {
+        rt().block_on(async {
+            let failed = Err(ExecError::Io(std::io::Error::other("no runtime here")));
+            let (mut client, server) = connect(request(false, false), failed).await;
+            let got = receive_all(&mut client).await;
+            let s = got.status();
+            assert_eq!(s["reason"], "InternalError");
+            assert_eq!(s["message"], "no runtime here");
+            assert_eq!(got.close, Some(CloseCode::Normal));
+            server.await.expect("server");
+        });
     }
 }

@@ -55,7 +55,7 @@ pub enum AgentError {
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot create the serving certificate: {0}")]
-    Certificate(String),
+    Certificate(#[source] rcgen::Error),
     #[error("TLS configuration: {0}")]
     Tls(#[from] transport::tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]

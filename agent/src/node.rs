@@ -45,7 +45,7 @@ pub enum JoinError {
         source: serde_json::Error,
     },
     #[error("creating the node key or CSR: {0}")]
-    Csr(String),
+    Csr(#[source] rcgen::Error),
     #[error("the control plane did not issue a certificate: {0}")]
     NotIssued(String),
     #[error("{path}: {source}")]
@@ -80,9 +80,8 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
     ) {
         return Ok(Identity { cert_pem, key_pem });
     }
-    let csr_err = |e: rcgen::Error| JoinError::Csr(e.to_string());
-    let key = rcgen::KeyPair::generate().map_err(csr_err)?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(csr_err)?;
+    let key = rcgen::KeyPair::generate().map_err(JoinError::Csr)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(JoinError::Csr)?;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
@@ -91,9 +90,8 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
         .push(rcgen::DnType::OrganizationName, "system:nodes");
     let csr_pem = params
         .serialize_request(&key)
-        .map_err(csr_err)?
-        .pem()
-        .map_err(csr_err)?;
+        .and_then(|csr| csr.pem())
+        .map_err(JoinError::Csr)?;
     let client = transport::kubeapi::client(
         &cp.server,
         &cp.ca_pem,

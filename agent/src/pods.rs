@@ -15,10 +15,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use runtime::api::{Client, ContainerConfig, ContainerStatus, Dns, SandboxConfig, SandboxStatus, State};
+use runtime::api::{
+    Client, ClientError, ContainerConfig, ContainerStatus, Dns, SandboxConfig, SandboxStatus, State,
+};
 use runtime::cgroups::Resources;
-use runtime::image::store::{ImageStore, PullOptions};
+use runtime::image::store::{ImageStore, PullOptions, StoreError};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use k8s_openapi::api::core::v1::{Event as ApiEvent, Pod as ApiPod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -38,6 +41,51 @@ pub struct PodSettings {
     pub insecure_registries: Vec<String>,
 }
 
+/// Why a pod step failed. The texts are what the pod's status shows (the message of a waiting
+/// container) or what its events say.
+#[derive(Debug, thiserror::Error)]
+enum PodError {
+    #[error(transparent)]
+    InvalidImageName(StoreError),
+    #[error("Container image \"{image}\" is not present with pull policy of Never")]
+    NeverPull { image: String },
+    #[error(transparent)]
+    ImagePull(StoreError),
+    #[error(transparent)]
+    RuntimeUnavailable(ClientError),
+    #[error(transparent)]
+    CreateSandbox(ClientError),
+    #[error(transparent)]
+    CreateContainer(ClientError),
+    #[error("container gone from the spec")]
+    NotInSpec,
+    #[error(transparent)]
+    Runtime(#[from] ClientError),
+}
+
+impl PodError {
+    /// The waiting reason of the pod's containers after this failure (the kubelet's).
+    fn reason(&self) -> &'static str {
+        match self {
+            PodError::InvalidImageName(_) => "InvalidImageName",
+            PodError::NeverPull { .. } => "ErrImageNeverPull",
+            PodError::ImagePull(_) => "ErrImagePull",
+            PodError::RuntimeUnavailable(_) => "RuntimeUnavailable",
+            PodError::CreateSandbox(_) => "FailedCreatePodSandBox",
+            PodError::CreateContainer(_) | PodError::NotInSpec | PodError::Runtime(_) => {
+                "CreateContainerError"
+            }
+        }
+    }
+}
+
+/// Why the pod could not start, as its containers' waiting state shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+}
+
 #[derive(Debug, Clone)]
 struct Ctr {
     id: String,
@@ -54,8 +102,8 @@ struct Pod {
     name: String,
     sandbox: Option<SandboxStatus>,
     containers: BTreeMap<String, Ctr>,
-    /// Why the pod could not start (reason, message) and when to try again.
-    failure: Option<(String, String)>,
+    /// Why the pod could not start, and when to try again.
+    failure: Option<Failure>,
     retry_at: Instant,
     backoff: Duration,
     started: Option<String>,
@@ -66,8 +114,8 @@ fn now() -> String {
     kcore::time::rfc3339(SystemTime::now())
 }
 
-fn runtime_client() -> Result<Client, String> {
-    Client::connect(Path::new(runtime::api::SOCKET)).map_err(|e| e.to_string())
+fn runtime_client() -> Result<Client, ClientError> {
+    Client::connect(Path::new(runtime::api::SOCKET))
 }
 
 fn resources(c: &Value) -> Resources {
@@ -210,19 +258,13 @@ async fn post_events(client: &kube::Client, node: &str, pod: &Value, events: Vec
 }
 
 /// Makes sure the image is on the node per the container's pull policy.
-fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Result<(), (String, String)> {
+fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Result<(), PodError> {
     let image = c["image"].as_str().unwrap_or_default();
     let cname = c["name"].as_str().unwrap_or_default();
     let policy = c["imagePullPolicy"].as_str().unwrap_or("IfNotPresent");
-    let present = store
-        .get(image)
-        .map_err(|e| ("InvalidImageName".to_string(), e.to_string()))?
-        .is_some();
+    let present = store.get(image).map_err(PodError::InvalidImageName)?.is_some();
     match policy {
-        "Never" if !present => Err((
-            "ErrImageNeverPull".into(),
-            format!("Container image \"{image}\" is not present with pull policy of Never"),
-        )),
+        "Never" if !present => Err(PodError::NeverPull { image: image.into() }),
         "IfNotPresent" | "Never" if present => {
             events.push(normal(
                 "Pulled",
@@ -245,14 +287,13 @@ fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Resul
                     Ok(())
                 }
                 Err(e) => {
-                    let message = e.to_string();
                     events.push(Event {
                         reason: "Failed",
                         warning: true,
-                        message: format!("Failed to pull image \"{image}\": {message}"),
+                        message: format!("Failed to pull image \"{image}\": {e}"),
                         container: Some(cname.into()),
                     });
-                    Err(("ErrImagePull".into(), message))
+                    Err(PodError::ImagePull(e))
                 }
             }
         }
@@ -264,14 +305,14 @@ fn start_pod(
     pod: &Value,
     store: &ImageStore,
     events: &mut Vec<Event>,
-) -> Result<(SandboxStatus, BTreeMap<String, Ctr>), (String, String)> {
+) -> Result<(SandboxStatus, BTreeMap<String, Ctr>), PodError> {
     let spec = &pod["spec"];
     let meta = &pod["metadata"];
     let containers: Vec<Value> = spec["containers"].as_array().cloned().unwrap_or_default();
     for c in &containers {
         ensure_image(store, c, events)?;
     }
-    let mut rt = runtime_client().map_err(|e| ("RuntimeUnavailable".to_string(), e))?;
+    let mut rt = runtime_client().map_err(PodError::RuntimeUnavailable)?;
     let (ns, name, uid) = (
         meta["namespace"].as_str().unwrap_or("default"),
         meta["name"].as_str().unwrap_or_default(),
@@ -289,7 +330,7 @@ fn start_pod(
             log_directory: Some(PathBuf::from(format!("/var/log/pods/{ns}_{name}_{uid}"))),
             ..SandboxConfig::default()
         })
-        .map_err(|e| ("FailedCreatePodSandBox".to_string(), e.to_string()))?;
+        .map_err(PodError::CreateSandbox)?;
     let mut out = BTreeMap::new();
     for c in &containers {
         let cfg = container_config(pod, c, 0);
@@ -314,7 +355,7 @@ fn start_pod(
             }
             Err(e) => {
                 let _ = rt.remove_sandbox(&sb.id);
-                return Err(("CreateContainerError".into(), e.to_string()));
+                return Err(PodError::CreateContainer(e));
             }
         }
     }
@@ -367,7 +408,7 @@ fn pod_status(
                     terminated_state(st)
                 }
             }
-            (_, Some((reason, message))) => json!({"waiting": {"reason": reason, "message": message}}),
+            (_, Some(f)) => json!({"waiting": {"reason": f.reason, "message": f.message}}),
             _ => json!({"waiting": {"reason": "ContainerCreating"}}),
         };
         let ready = state.get("running").is_some();
@@ -438,17 +479,15 @@ fn restart(
     name: &str,
     old: &str,
     restarts: u32,
-) -> Result<ContainerStatus, String> {
+) -> Result<ContainerStatus, PodError> {
     let c = pod["spec"]["containers"]
         .as_array()
         .and_then(|l| l.iter().find(|c| c["name"].as_str() == Some(name)))
-        .ok_or("container gone from the spec")?;
+        .ok_or(PodError::NotInSpec)?;
     let mut rt = runtime_client()?;
     let _ = rt.remove_container(old);
-    let st = rt
-        .create_container(&sandbox.id, container_config(pod, c, restarts))
-        .map_err(|e| e.to_string())?;
-    rt.start_container(&st.id).map_err(|e| e.to_string())
+    let st = rt.create_container(&sandbox.id, container_config(pod, c, restarts))?;
+    Ok(rt.start_container(&st.id)?)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
@@ -457,13 +496,31 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 /// The runtime's containers by id (empty when the runtime cannot be reached).
 async fn live_containers() -> BTreeMap<String, ContainerStatus> {
-    blocking(|| runtime_client().and_then(|mut c| c.list_containers().map_err(|e| e.to_string())))
+    blocking(|| runtime_client().and_then(|mut c| c.list_containers()))
         .await
         .and_then(Result::ok)
         .unwrap_or_default()
         .into_iter()
         .map(|c| (c.id.clone(), c))
         .collect()
+}
+
+/// The span of one pod's work, so `RUST_LOG=agent=debug` shows one pod's path through a sync.
+fn pod_span(namespace: &str, name: &str, uid: &str) -> tracing::Span {
+    tracing::info_span!("pod", namespace, name, uid)
+}
+
+/// What every pod step needs: the API, the node, the images.
+struct Ctx {
+    client: kube::Client,
+    settings: PodSettings,
+    store: Arc<ImageStore>,
+}
+
+/// The pod workers: the pods this agent runs, by uid.
+struct Worker {
+    ctx: Ctx,
+    pods: BTreeMap<String, Pod>,
 }
 
 /// Reconciles this node's pods forever.
@@ -485,54 +542,16 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
             return;
         }
     };
-    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
-    // Re-adopt what the runtime already runs (the agent restarted).
-    if let Some(Ok(list)) =
-        blocking(|| runtime_client().and_then(|mut c| c.list_sandboxes().map_err(|e| e.to_string()))).await
-    {
-        let ctrs = live_containers().await;
-        for sb in list.into_iter().filter(|s| s.ready) {
-            let containers = ctrs
-                .values()
-                .filter(|c| c.sandbox_id == sb.id)
-                .map(|c| {
-                    (
-                        c.name.clone(),
-                        Ctr {
-                            id: c.id.clone(),
-                            image: c.image.clone(),
-                            // Each restart writes `<name>/<restarts>.log`: the count survives us.
-                            restarts: c
-                                .log_path
-                                .as_deref()
-                                .and_then(|p| p.file_stem()?.to_str()?.parse().ok())
-                                .unwrap_or(0),
-                            last_terminated: None,
-                            retry_at: None,
-                            backoff: BACKOFF_START,
-                        },
-                    )
-                })
-                .collect();
-            tracing::info!(pod = %format!("{}/{}", sb.namespace, sb.name), "pod re-adopted");
-            pods.insert(
-                sb.uid.clone(),
-                Pod {
-                    namespace: sb.namespace.clone(),
-                    name: sb.name.clone(),
-                    started: Some(sb.created_at.clone()),
-                    sandbox: Some(sb),
-                    containers,
-                    failure: None,
-                    retry_at: Instant::now(),
-                    backoff: BACKOFF_START,
-                    last_status: Value::Null,
-                },
-            );
-        }
-    }
     let all_pods: kube::Api<ApiPod> = kube::Api::all(client.clone());
     let mine = ListParams::default().fields(&format!("spec.nodeName={}", settings.node));
+    let mut worker = Worker {
+        ctx: Ctx {
+            client,
+            settings,
+            store,
+        },
+        pods: readopt().await,
+    };
     let mut tick = tokio::time::interval(SYNC);
     loop {
         tick.tick().await;
@@ -547,182 +566,347 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
                 continue;
             }
         };
-        let live = live_containers().await;
-        let mut seen = Vec::new();
-        for pod in items.clone() {
-            let Some(uid) = pod["metadata"]["uid"].as_str().map(str::to_string) else {
-                continue;
-            };
-            seen.push(uid.clone());
-            let ns = pod["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("default")
-                .to_string();
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            if !pod["metadata"]["deletionTimestamp"].is_null() {
-                if let Some(p) = pods.remove(&uid) {
-                    let grace = pod["metadata"]["deletionGracePeriodSeconds"]
-                        .as_u64()
-                        .unwrap_or(30);
-                    if let Some(sb) = p.sandbox {
-                        let evs = p
-                            .containers
-                            .keys()
-                            .map(|c| normal("Killing", c, format!("Stopping container {c}")))
-                            .collect();
-                        post_events(&client, &settings.node, &pod, evs).await;
-                        let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
-                        blocking(move || stop_pod(&sb, ids, grace)).await;
-                    }
-                }
-                let params = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(client.clone(), &ns);
-                match pods_in_ns.delete(&name, &params).await {
-                    Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted"),
-                    Err(e) => {
-                        tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "final pod delete failed")
-                    }
-                }
-                continue;
-            }
-            if pod["status"]["phase"]
-                .as_str()
-                .is_some_and(|p| p == "Succeeded" || p == "Failed")
-                && !pods.contains_key(&uid)
-            {
-                continue;
-            }
-            let p = pods.entry(uid.clone()).or_insert_with(|| Pod {
-                namespace: ns.clone(),
-                name: name.clone(),
-                sandbox: None,
-                containers: BTreeMap::new(),
+        worker.sync(&items).await;
+    }
+}
+
+/// What the runtime already runs (the agent restarted), as pods to carry on with.
+async fn readopt() -> BTreeMap<String, Pod> {
+    let mut pods = BTreeMap::new();
+    let Some(Ok(list)) = blocking(|| runtime_client().and_then(|mut c| c.list_sandboxes())).await else {
+        return pods;
+    };
+    let ctrs = live_containers().await;
+    for sb in list.into_iter().filter(|s| s.ready) {
+        let containers = ctrs
+            .values()
+            .filter(|c| c.sandbox_id == sb.id)
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    Ctr {
+                        id: c.id.clone(),
+                        image: c.image.clone(),
+                        // Each restart writes `<name>/<restarts>.log`: the count survives us.
+                        restarts: c
+                            .log_path
+                            .as_deref()
+                            .and_then(|p| p.file_stem()?.to_str()?.parse().ok())
+                            .unwrap_or(0),
+                        last_terminated: None,
+                        retry_at: None,
+                        backoff: BACKOFF_START,
+                    },
+                )
+            })
+            .collect();
+        let _span = pod_span(&sb.namespace, &sb.name, &sb.uid).entered();
+        tracing::info!(pod = %format!("{}/{}", sb.namespace, sb.name), "pod re-adopted");
+        pods.insert(
+            sb.uid.clone(),
+            Pod {
+                namespace: sb.namespace.clone(),
+                name: sb.name.clone(),
+                started: Some(sb.created_at.clone()),
+                sandbox: Some(sb),
+                containers,
                 failure: None,
                 retry_at: Instant::now(),
                 backoff: BACKOFF_START,
-                started: Some(now()),
                 last_status: Value::Null,
-            });
-            if p.sandbox.is_none() && Instant::now() >= p.retry_at {
-                let (pod2, store2) = (pod.clone(), store.clone());
-                let result = blocking(move || {
-                    let mut events = Vec::new();
-                    let r = start_pod(&pod2, &store2, &mut events);
-                    (r, events)
-                })
+            },
+        );
+    }
+    pods
+}
+
+impl Worker {
+    /// One pass over this node's pods (`items`, from the API): each pod reconciled, the ones
+    /// gone from the API removed, and changed statuses written back.
+    async fn sync(&mut self, items: &[Value]) {
+        let live = live_containers().await;
+        let mut seen = Vec::new();
+        for pod in items {
+            let meta = &pod["metadata"];
+            let Some(uid) = meta["uid"].as_str() else {
+                continue;
+            };
+            seen.push(uid.to_string());
+            let ns = meta["namespace"].as_str().unwrap_or("default");
+            let name = meta["name"].as_str().unwrap_or_default();
+            self.sync_pod(pod, uid, ns, name, &live)
+                .instrument(pod_span(ns, name, uid))
                 .await;
-                let result = match result {
-                    Some((r, events)) => {
-                        post_events(&client, &settings.node, &pod, events).await;
-                        Some(r)
-                    }
-                    None => None,
-                };
-                match result {
-                    Some(Ok((sb, ctrs))) => {
-                        tracing::info!(pod = %format!("{ns}/{name}"), ip = ?sb.ip, "pod running");
-                        p.sandbox = Some(sb);
-                        p.containers = ctrs;
-                        p.failure = None;
-                    }
-                    Some(Err((reason, message))) => {
-                        tracing::warn!(pod = %format!("{ns}/{name}"), reason = %reason, error = %message, "pod start failed");
-                        let reason = if reason == "ErrImagePull" && p.failure.is_some() {
-                            "ImagePullBackOff".to_string()
-                        } else {
-                            reason
-                        };
-                        p.failure = Some((reason, message));
-                        p.retry_at = Instant::now() + p.backoff;
-                        p.backoff = (p.backoff * 2).min(BACKOFF_MAX);
-                    }
-                    None => {}
-                }
-            }
-            // Restarts per restartPolicy.
-            let policy = pod["spec"]["restartPolicy"]
-                .as_str()
-                .unwrap_or("Always")
-                .to_string();
-            if let Some(sb) = p.sandbox.clone() {
-                let names: Vec<String> = p.containers.keys().cloned().collect();
-                for cname in names {
-                    let Some(t) = p.containers.get_mut(&cname) else {
-                        continue;
-                    };
-                    let Some(st) = live.get(&t.id) else { continue };
-                    let again = st.state == State::Exited
-                        && (policy == "Always" || (policy == "OnFailure" && st.exit_code != Some(0)));
-                    if !again {
-                        continue;
-                    }
-                    match t.retry_at {
-                        None => {
-                            t.last_terminated = Some(terminated_state(st));
-                            t.retry_at = Some(Instant::now() + t.backoff);
-                        }
-                        Some(at) if Instant::now() >= at => {
-                            let (pod2, sb2, old, n) = (pod.clone(), sb.clone(), t.id.clone(), t.restarts + 1);
-                            let cn = cname.clone();
-                            if let Some(Ok(new)) = blocking(move || restart(&pod2, &sb2, &cn, &old, n)).await
-                            {
-                                let evs = vec![
-                                    normal("Created", &cname, "Container created".into()),
-                                    normal("Started", &cname, "Container started".into()),
-                                ];
-                                post_events(&client, &settings.node, &pod, evs).await;
-                                t.id = new.id;
-                                t.restarts += 1;
-                                t.retry_at = None;
-                                t.backoff = (t.backoff * 2).min(BACKOFF_MAX);
-                            }
-                        }
-                        Some(_) => {}
-                    }
-                }
+        }
+        self.remove_gone(&seen).await;
+        self.write_statuses(items).await;
+    }
+
+    /// One pod's reconcile step: finishes its deletion, or starts it when due and restarts its
+    /// exited containers per restartPolicy.
+    async fn sync_pod(
+        &mut self,
+        pod: &Value,
+        uid: &str,
+        ns: &str,
+        name: &str,
+        live: &BTreeMap<String, ContainerStatus>,
+    ) {
+        if !pod["metadata"]["deletionTimestamp"].is_null() {
+            return self.finish_deletion(pod, uid, ns, name).await;
+        }
+        if pod["status"]["phase"]
+            .as_str()
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+            && !self.pods.contains_key(uid)
+        {
+            return;
+        }
+        let p = self.pods.entry(uid.to_string()).or_insert_with(|| Pod {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            sandbox: None,
+            containers: BTreeMap::new(),
+            failure: None,
+            retry_at: Instant::now(),
+            backoff: BACKOFF_START,
+            started: Some(now()),
+            last_status: Value::Null,
+        });
+        if p.sandbox.is_none() && Instant::now() >= p.retry_at {
+            self.ctx.start(p, pod).await;
+        }
+        self.ctx.restart_exited(p, pod, live).await;
+    }
+
+    /// A pod being deleted: its containers stopped within the grace period, its sandbox removed,
+    /// and the object deleted for good.
+    async fn finish_deletion(&mut self, pod: &Value, uid: &str, ns: &str, name: &str) {
+        let ctx = &self.ctx;
+        if let Some(p) = self.pods.remove(uid) {
+            let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+                .as_u64()
+                .unwrap_or(30);
+            if let Some(sb) = p.sandbox {
+                let evs = p
+                    .containers
+                    .keys()
+                    .map(|c| normal("Killing", c, format!("Stopping container {c}")))
+                    .collect();
+                post_events(&ctx.client, &ctx.settings.node, pod, evs).await;
+                let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
+                tracing::debug!(grace_s = grace, "stopping the pod");
+                blocking(move || stop_pod(&sb, ids, grace)).await;
             }
         }
-        // Pods that vanished from the API (deleted with grace 0 elsewhere).
-        let gone: Vec<String> = pods.keys().filter(|u| !seen.contains(u)).cloned().collect();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(ctx.client.clone(), ns);
+        match pods_in_ns.delete(name, &params).await {
+            Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted"),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "final pod delete failed")
+            }
+        }
+    }
+
+    /// Pods that vanished from the API (deleted with grace 0 elsewhere) are stopped.
+    async fn remove_gone(&mut self, seen: &[String]) {
+        let gone: Vec<String> = self.pods.keys().filter(|u| !seen.contains(u)).cloned().collect();
         for uid in gone {
-            if let Some(p) = pods.remove(&uid)
+            if let Some(p) = self.pods.remove(&uid)
                 && let Some(sb) = p.sandbox
             {
-                tracing::info!(pod = %format!("{}/{}", p.namespace, p.name), "pod gone from the API; removing it");
+                let span = pod_span(&p.namespace, &p.name, &uid);
+                tracing::info!(parent: &span, pod = %format!("{}/{}", p.namespace, p.name), "pod gone from the API; removing it");
                 let ids: Vec<String> = p.containers.values().map(|c| c.id.clone()).collect();
-                blocking(move || stop_pod(&sb, ids, 0)).await;
+                blocking(move || stop_pod(&sb, ids, 0)).instrument(span).await;
             }
         }
-        // Status write-back (only when it changed).
+    }
+
+    /// Status write-back, only where it changed.
+    async fn write_statuses(&mut self, items: &[Value]) {
         let live = live_containers().await;
-        let list_pods: BTreeMap<String, Value> = items
+        let list_pods: BTreeMap<&str, &Value> = items
             .iter()
-            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?.to_string(), p.clone())))
+            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?, p)))
             .collect();
-        for (uid, p) in pods.iter_mut() {
-            let Some(pod) = list_pods.get(uid) else { continue };
-            let status = pod_status(pod, p, &live, settings.node_ip.as_deref());
+        for (uid, p) in self.pods.iter_mut() {
+            let Some(pod) = list_pods.get(uid.as_str()) else {
+                continue;
+            };
+            let status = pod_status(pod, p, &live, self.ctx.settings.node_ip.as_deref());
             if status == p.last_status {
                 continue;
             }
-            let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(client.clone(), &p.namespace);
+            let span = pod_span(&p.namespace, &p.name, uid);
+            let pods_in_ns: kube::Api<ApiPod> = kube::Api::namespaced(self.ctx.client.clone(), &p.namespace);
             let patch = Patch::Merge(json!({"status": status}));
             match pods_in_ns
                 .patch_status(&p.name, &PatchParams::default(), &patch)
+                .instrument(span.clone())
                 .await
             {
-                Ok(_) => p.last_status = status,
+                Ok(_) => {
+                    tracing::debug!(parent: &span, phase = %status["phase"], "status written");
+                    p.last_status = status;
+                }
                 Err(e) => {
-                    tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "status update failed")
+                    tracing::warn!(parent: &span, pod = %format!("{}/{}", p.namespace, p.name), error = %e, "status update failed")
                 }
             }
         }
+    }
+}
+
+impl Ctx {
+    /// Pulls, runs the sandbox and starts the containers; a failure is kept on the pod (its
+    /// containers' waiting reason) and retried with back-off.
+    async fn start(&self, p: &mut Pod, pod: &Value) {
+        tracing::debug!("starting the pod");
+        let (pod2, store) = (pod.clone(), self.store.clone());
+        let result = blocking(move || {
+            let mut events = Vec::new();
+            let r = start_pod(&pod2, &store, &mut events);
+            (r, events)
+        })
+        .await;
+        let Some((result, events)) = result else {
+            return;
+        };
+        post_events(&self.client, &self.settings.node, pod, events).await;
+        let pod_name = format!("{}/{}", p.namespace, p.name);
+        match result {
+            Ok((sb, ctrs)) => {
+                tracing::info!(pod = %pod_name, ip = ?sb.ip, "pod running");
+                p.sandbox = Some(sb);
+                p.containers = ctrs;
+                p.failure = None;
+            }
+            Err(e) => {
+                let reason = e.reason();
+                tracing::warn!(pod = %pod_name, reason = %reason, error = %e, "pod start failed");
+                let reason = if reason == "ErrImagePull" && p.failure.is_some() {
+                    "ImagePullBackOff"
+                } else {
+                    reason
+                };
+                p.failure = Some(Failure {
+                    reason,
+                    message: e.to_string(),
+                });
+                p.retry_at = Instant::now() + p.backoff;
+                p.backoff = (p.backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    /// Restarts the pod's exited containers per restartPolicy, after their back-off.
+    async fn restart_exited(&self, p: &mut Pod, pod: &Value, live: &BTreeMap<String, ContainerStatus>) {
+        let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+        let Some(sb) = p.sandbox.clone() else {
+            return;
+        };
+        for (cname, t) in p.containers.iter_mut() {
+            let Some(st) = live.get(&t.id) else { continue };
+            let again = st.state == State::Exited
+                && (policy == "Always" || (policy == "OnFailure" && st.exit_code != Some(0)));
+            if !again {
+                continue;
+            }
+            match t.retry_at {
+                None => {
+                    t.last_terminated = Some(terminated_state(st));
+                    t.retry_at = Some(Instant::now() + t.backoff);
+                    tracing::debug!(container = %cname, back_off_s = t.backoff.as_secs(), "container exited");
+                }
+                Some(at) if Instant::now() >= at => {
+                    let (pod2, sb2, old, n) = (pod.clone(), sb.clone(), t.id.clone(), t.restarts + 1);
+                    let cn = cname.clone();
+                    match blocking(move || restart(&pod2, &sb2, &cn, &old, n)).await {
+                        Some(Ok(new)) => {
+                            let evs = vec![
+                                normal("Created", cname, "Container created".into()),
+                                normal("Started", cname, "Container started".into()),
+                            ];
+                            post_events(&self.client, &self.settings.node, pod, evs).await;
+                            tracing::debug!(container = %cname, restarts = n, "container restarted");
+                            t.id = new.id;
+                            t.restarts += 1;
+                            t.retry_at = None;
+                            t.backoff = (t.backoff * 2).min(BACKOFF_MAX);
+                        }
+                        Some(Err(e)) => tracing::debug!(container = %cname, error = %e, "restart failed"),
+                        None => {}
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(root: &Path) -> ImageStore {
+        let client = runtime::image::http::Client::new(&[]).expect("HTTP client");
+        ImageStore::open(root, client, Vec::new()).expect("image store")
+    }
+
+    #[test]
+    fn image_failures_keep_the_kubelet_reasons_and_texts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let mut events = Vec::new();
+        let never = json!({"name": "main", "image": "busybox", "imagePullPolicy": "Never"});
+        let e = ensure_image(&store, &never, &mut events).expect_err("not present");
+        assert_eq!(e.reason(), "ErrImageNeverPull");
+        assert_eq!(
+            e.to_string(),
+            r#"Container image "busybox" is not present with pull policy of Never"#
+        );
+        let bad = json!({"name": "main", "image": "not a reference"});
+        let e = ensure_image(&store, &bad, &mut events).expect_err("invalid");
+        assert_eq!(e.reason(), "InvalidImageName");
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(PodError::NotInSpec.to_string(), "container gone from the spec");
+    }
+
+    #[test]
+    fn start_failure_is_the_containers_waiting_state() {
+        let pod = json!({
+            "metadata": {"namespace": "default", "name": "web", "uid": "u1"},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        });
+        let p = Pod {
+            namespace: "default".into(),
+            name: "web".into(),
+            sandbox: None,
+            containers: BTreeMap::new(),
+            failure: Some(Failure {
+                reason: "ImagePullBackOff",
+                message: "registry unreachable".into(),
+            }),
+            retry_at: Instant::now(),
+            backoff: BACKOFF_START,
+            started: Some(now()),
+            last_status: Value::Null,
+        };
+        let status = pod_status(&pod, &p, &BTreeMap::new(), Some("10.0.2.15"));
+        assert_eq!(status["phase"], "Pending");
+        assert_eq!(
+            status["containerStatuses"][0]["state"],
+            json!({"waiting": {"reason": "ImagePullBackOff", "message": "registry unreachable"}})
+        );
+        assert_eq!(status["hostIP"], "10.0.2.15");
     }
 }

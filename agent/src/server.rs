@@ -13,6 +13,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tracing::Instrument;
 use transport::Body;
 use transport::server::{Limits, Peer};
 
@@ -23,10 +25,9 @@ use crate::{AgentConfig, AgentError};
 /// A self-signed serving certificate for `names` (the kubelet's default), with client
 /// certificates verified against `ca_pem` when given.
 fn tls_config(names: &[String], ca_pem: Option<&str>) -> Result<rustls::ServerConfig, AgentError> {
-    let cert_err = |e: rcgen::Error| AgentError::Certificate(e.to_string());
-    let key = rcgen::KeyPair::generate().map_err(cert_err)?;
-    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(cert_err)?;
-    let cert = params.self_signed(&key).map_err(cert_err)?;
+    let key = rcgen::KeyPair::generate().map_err(AgentError::Certificate)?;
+    let params = rcgen::CertificateParams::new(names.to_vec()).map_err(AgentError::Certificate)?;
+    let cert = params.self_signed(&key).map_err(AgentError::Certificate)?;
     Ok(transport::tls::server_config(
         &cert.pem(),
         &key.serialize_pem(),
@@ -118,7 +119,7 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
     };
     let opts = match exec::ExecRequest::parse(req.uri().query()) {
         Ok(o) => o,
-        Err(e) => return text(400, e),
+        Err(e) => return text(e.status(), e.to_string()),
     };
     let header = |name: &str| {
         req.headers()
@@ -139,19 +140,23 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
     if !offered {
         return text(400, format!("exec needs the {} subprotocol", exec::PROTOCOL));
     }
-    let found = tokio::task::spawn_blocking(move || exec::find_container(&ns, &pod, &container)).await;
+    let span = tracing::info_span!("exec", namespace = %ns, pod = %pod, container = %container);
+    let found = tokio::task::spawn_blocking(move || exec::find_container(&ns, &pod, &container))
+        .await
+        .map_err(exec::ExecError::from)
+        .and_then(|r| r);
     let id = match found {
-        Ok(Ok(id)) => id,
-        Ok(Err(e)) => return text(404, e),
-        Err(e) => return text(500, e.to_string()),
+        Ok(id) => id,
+        Err(e) => return text(e.status(), e.to_string()),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
+    let session = async move {
         match on_upgrade.await {
             Ok(up) => exec::serve(TokioIo::new(up), id, opts).await,
             Err(e) => tracing::debug!(error = %e, "exec upgrade failed"),
         }
-    });
+    };
+    tokio::spawn(session.instrument(span));
     let mut resp = text(101, Bytes::new());
     resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
     let h = resp.headers_mut();
@@ -167,7 +172,8 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
         hyper::header::SEC_WEBSOCKET_PROTOCOL,
         hyper::header::HeaderValue::from_static(exec::PROTOCOL),
     );
-    if let Ok(v) = hyper::header::HeaderValue::from_str(&exec::accept_key(&key)) {
+    let accept = derive_accept_key(key.trim().as_bytes());
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
         h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
     }
     resp
