@@ -12,6 +12,9 @@ use serde_json::json;
 
 use super::pod::PodInfo;
 
+/// What makes two events the same: (object uid, reason, message).
+type Repeat = (String, String, String);
+
 /// Repeats remembered for aggregation (the oldest are forgotten beyond this).
 const REMEMBERED: usize = 8192;
 
@@ -21,7 +24,7 @@ pub struct Recorder {
     component: String,
     instance: String,
     /// (pod uid, reason, message) → (event name, count).
-    seen: Mutex<HashMap<(String, String, String), (String, i32)>>,
+    seen: Mutex<HashMap<Repeat, (String, i32)>>,
 }
 
 impl std::fmt::Debug for Recorder {

@@ -274,7 +274,7 @@ pub fn schedule(
             pick = i;
         } else if *s == best {
             tied += 1;
-            if random() % tied == 0 {
+            if random().is_multiple_of(tied) {
                 pick = i;
             }
         }

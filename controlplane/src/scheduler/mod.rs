@@ -88,9 +88,9 @@ pub async fn run(client: kube::Client, cfg: SchedulerConfig) {
 
 /// What the main loop reacts to.
 enum Input {
-    Pod(watcher::Event<Pod>),
-    Node(watcher::Event<Node>),
-    Namespace(watcher::Event<Namespace>),
+    Pod(Box<watcher::Event<Pod>>),
+    Node(Box<watcher::Event<Node>>),
+    Namespace(Box<watcher::Event<Namespace>>),
     /// A binding finished.
     Bound {
         uid: String,
@@ -226,18 +226,20 @@ impl Scheduler {
         let c = &self.client;
         // Finished pods hold no resources: upstream's scheduler watches the same set.
         let pods_cfg = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-        forward(kube::Api::<Pod>::all(c.clone()), pods_cfg, tx.clone(), Input::Pod);
+        forward(kube::Api::<Pod>::all(c.clone()), pods_cfg, tx.clone(), |e| {
+            Input::Pod(Box::new(e))
+        });
         forward(
             kube::Api::<Node>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
-            Input::Node,
+            |e| Input::Node(Box::new(e)),
         );
         forward(
             kube::Api::<Namespace>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
-            Input::Namespace,
+            |e| Input::Namespace(Box::new(e)),
         );
         let stores = Stores {
             priority_classes: reflect(kube::Api::all(c.clone())),
@@ -330,7 +332,7 @@ impl Scheduler {
     fn handle(&mut self, input: Input, stores: &Stores, tx: &mpsc::Sender<Input>) {
         let now = Instant::now();
         match input {
-            Input::Pod(ev) => match ev {
+            Input::Pod(ev) => match *ev {
                 watcher::Event::Init => self.pods_relist.init(),
                 watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
                     if let Some(uid) = p.metadata.uid.as_deref() {
@@ -356,7 +358,7 @@ impl Scheduler {
                     }
                 }
             },
-            Input::Node(ev) => match ev {
+            Input::Node(ev) => match *ev {
                 watcher::Event::Init => self.nodes_relist.init(),
                 watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
                     if let Some(name) = n.metadata.name.as_deref() {
@@ -388,7 +390,7 @@ impl Scheduler {
                     }
                 }
             },
-            Input::Namespace(ev) => match ev {
+            Input::Namespace(ev) => match *ev {
                 watcher::Event::Init => self.ns_relist.init(),
                 watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
                     if let Some(name) = n.metadata.name.clone() {

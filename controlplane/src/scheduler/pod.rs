@@ -141,13 +141,12 @@ impl PodInfo {
         let spec = pod.spec.clone().unwrap_or_default();
         let status = pod.status.as_ref();
         let class = spec.priority_class_name.as_deref().and_then(class_priority);
-        let priority = spec.priority.or(class.map(|c| c.0)).unwrap_or_else(|| {
-            match spec.priority_class_name.as_deref() {
-                Some("system-node-critical") => SYSTEM_NODE_CRITICAL,
-                Some("system-cluster-critical") => SYSTEM_CLUSTER_CRITICAL,
-                _ => 0,
-            }
-        });
+        let builtin = match spec.priority_class_name.as_deref() {
+            Some("system-node-critical") => SYSTEM_NODE_CRITICAL,
+            Some("system-cluster-critical") => SYSTEM_CLUSTER_CRITICAL,
+            _ => 0,
+        };
+        let priority = spec.priority.or(class.map(|c| c.0)).unwrap_or(builtin);
         let preempt_never = spec
             .preemption_policy
             .as_deref()

@@ -52,7 +52,7 @@ pub fn fit(pod: &PodInfo, node: &NodeInfo, extra: &Resources, extra_pods: usize)
             }
         }
     }
-    (!reasons_out.is_empty()).then(|| Rejection {
+    (!reasons_out.is_empty()).then_some(Rejection {
         plugin: Plugin::NodeResourcesFit,
         code: Code::Unschedulable,
         reasons: reasons_out,

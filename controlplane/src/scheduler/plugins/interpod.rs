@@ -99,9 +99,9 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo, state: &AffinityState, cache: &Cac
                 None => return Some(reject(Code::UnschedulableAndUnresolvable, reasons::AFFINITY)),
             }
         }
-        if !pods_exist
-            && !(state.affinity.is_empty() && matches_own_terms(pod, &pod.required_affinity, cache))
-        {
+        let first_of_group =
+            state.affinity.is_empty() && matches_own_terms(pod, &pod.required_affinity, cache);
+        if !(pods_exist || first_of_group) {
             return Some(reject(Code::UnschedulableAndUnresolvable, reasons::AFFINITY));
         }
     }

@@ -233,12 +233,12 @@ impl SpreadScores {
                 if c.key == HOSTNAME {
                     continue;
                 }
-                if let Some(v) = node.labels.get(&c.key) {
-                    let pair = (c.key.clone(), v.clone());
-                    if !s.counts.contains_key(&pair) {
-                        s.counts.insert(pair, 0);
-                        sizes[i] += 1;
-                    }
+                if let Some(v) = node.labels.get(&c.key)
+                    && let std::collections::hash_map::Entry::Vacant(e) =
+                        s.counts.entry((c.key.clone(), v.clone()))
+                {
+                    e.insert(0);
+                    sizes[i] += 1;
                 }
             }
         }
