@@ -165,7 +165,7 @@ host_bin() { echo "$CARGO_TARGET_DIR/debug/$1"; }
 
 parse_arches() {
   local a="${1:-all}"
-  case "$a" in all) echo "$ARCHES_ALL" ;; x86_64|aarch64) echo "$a" ;; *) die "unknown arch '$a' (x86_64, aarch64 or all)" ;; esac
+  case "$a" in all|mixed) echo "$ARCHES_ALL" ;; x86_64|aarch64) echo "$a" ;; *) die "unknown arch '$a' (x86_64, aarch64 or all)" ;; esac
 }
 
 # build [--arch A]: the static node binary per arch (release, size-tuned) and the host tools.
@@ -250,6 +250,24 @@ cmd_run() {
   NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" run --arch "$arch" "${extra[@]}"
 }
 
+# cluster up [--nodes N] [--arch x86_64|aarch64|mixed] [--data-dir D] | down | status | node NAME
+# poweroff|kill|start: a local multi-node cluster that stays up (qemu-tests/src/devcluster.rs).
+cmd_cluster() {
+  local sub="${1:-}"
+  case "$sub" in
+    up)
+      local arch; arch=$(arg_arch "$@"); [ "$arch" = all ] && arch=x86_64
+      local build_arch="$arch"; [ "$arch" = mixed ] && build_arch=all
+      mkdir -p "$OUT_DIR"
+      cmd_image --arch "$build_arch"
+      ;;
+    down|status|node) cmd_setup_if_needed ;;
+    *) die "usage: ./build.sh cluster up [--nodes N] [--arch x86_64|aarch64|mixed] [--data-dir D] | down | status | node NAME poweroff|kill|start" ;;
+  esac
+  [ -x "$(host_bin nodeos-vm)" ] || cmd_build --arch x86_64
+  NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" cluster "$@"
+}
+
 # test [unit|api|vm|runtime|all]
 cmd_test() {
   local suite="${1:-all}"
@@ -324,9 +342,10 @@ main() {
     build) mkdir -p "$OUT_DIR"; cmd_build "$@" ;;
     image) mkdir -p "$OUT_DIR"; cmd_image "$@" ;;
     run)   cmd_run "$@" ;;
+    cluster) cmd_cluster "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|test [unit|api|vm|runtime|all]|bench [boot|api|runtime]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|cluster up|down|status|node ...|test [unit|api|vm|runtime|all]|bench [boot|api|runtime|scheduler]" ;;
   esac
 }
 main "$@"

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod devcluster;
 pub mod guest;
 pub mod registry;
 pub mod vm;

@@ -1,4 +1,5 @@
-//! `nodeos-vm`: boots node images for `./build.sh run` and `./build.sh bench boot`.
+//! `nodeos-vm`: boots node images for `./build.sh run`, `./build.sh cluster` and the VM
+//! benchmarks; carries the guest-forward relay and the LAN switch of local clusters.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -7,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use qemu_tests::cluster::ControlPlane;
+use qemu_tests::devcluster;
 use qemu_tests::vm::{Arch, VmConfig, VmFactory, field_u64, out_dir};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn usage() -> ! {
     eprintln!(
-        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-runtime [--runs N] [--arch ARCH|all] --json FILE"
+        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-runtime [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm cluster up [--nodes N] [--arch x86_64|aarch64|mixed] [--data-dir D] [--memory MIB]\n       nodeos-vm cluster down|status [--data-dir D]\n       nodeos-vm cluster node NAME poweroff|kill|start [--data-dir D]\n       nodeos-vm switch --listen PORT --peer PORT..."
     );
     std::process::exit(2)
 }
@@ -34,6 +36,35 @@ fn main() -> Result<()> {
             flag("--stay"),
         ),
         Some("relay") => relay(args.get(1).map(String::as_str).unwrap_or_else(|| usage())),
+        Some("cluster") => {
+            let data_dir = value("--data-dir")
+                .map(PathBuf::from)
+                .unwrap_or_else(devcluster::default_data_dir);
+            match args.get(1).map(String::as_str) {
+                Some("up") => devcluster::up(&devcluster::UpOptions {
+                    nodes: value("--nodes").map(|n| n.parse()).transpose()?.unwrap_or(2),
+                    archs: devcluster::Archs::parse(&value("--arch").unwrap_or_else(|| "x86_64".into()))?,
+                    memory_mib: value("--memory").map(|n| n.parse()).transpose()?.unwrap_or(1024),
+                    data_dir,
+                }),
+                Some("down") => devcluster::down(&data_dir),
+                Some("status") => devcluster::status(&data_dir),
+                Some("node") => match (args.get(2), args.get(3)) {
+                    (Some(name), Some(action)) => devcluster::node(&data_dir, name, action),
+                    _ => usage(),
+                },
+                _ => usage(),
+            }
+        }
+        Some("switch") => {
+            let listen: u16 = value("--listen").unwrap_or_else(|| usage()).parse()?;
+            let peers = args
+                .windows(2)
+                .filter(|w| w[0] == "--peer")
+                .map(|w| w[1].parse::<u16>())
+                .collect::<Result<Vec<_>, _>>()?;
+            devcluster::switch(listen, &peers)
+        }
         Some("bench-boot") => {
             let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(5);
             let arches = match value("--arch").as_deref() {

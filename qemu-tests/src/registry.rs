@@ -17,42 +17,85 @@ pub struct TestRegistry {
     dir: tempfile::TempDir,
 }
 
+/// Starts `docker-registry` on a free port of 127.0.0.1 with its config, data and log in `dir`
+/// (`htpasswd`, a line `user:bcrypt-hash`, turns on basic auth); waits until it listens.
+/// `detached` puts it in its own process group so it outlives its parent's terminal.
+pub fn spawn_registry(dir: &Path, htpasswd: Option<&str>, detached: bool) -> Result<(Child, u16)> {
+    let port = crate::vm::free_port()?;
+    let mut cfg = format!(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+        dir.join("data").display()
+    );
+    if let Some(h) = htpasswd {
+        std::fs::write(dir.join("htpasswd"), format!("{h}\n"))?;
+        cfg.push_str(&format!(
+            "auth:\n  htpasswd:\n    realm: nodeos-test\n    path: {}\n",
+            dir.join("htpasswd").display()
+        ));
+    }
+    std::fs::write(dir.join("config.yml"), cfg)?;
+    let log = std::fs::File::create(dir.join("registry.log"))?;
+    let mut cmd = Command::new("docker-registry");
+    cmd.arg("serve")
+        .arg(dir.join("config.yml"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if detached {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .context("starting docker-registry (./build.sh setup installs it)")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "registry did not listen: {}",
+                std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((child, port))
+}
+
+/// Copies `name` (all platforms) from an OCI layout into `repo:tag` of the registry at `host`.
+pub fn push_image(host: &str, layout_dir: &Path, name: &str, target: &str, creds: Option<&str>) -> Result<()> {
+    let mut cmd = Command::new("skopeo");
+    cmd.args([
+        "copy",
+        "--quiet",
+        "--all",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+    ]);
+    if let Some(c) = creds {
+        cmd.arg(format!("--dest-creds={c}"));
+    }
+    let out = cmd
+        .arg(format!("oci:{}:{name}", layout_dir.display()))
+        .arg(format!("docker://{host}/{target}"))
+        .output()
+        .context("running skopeo (./build.sh setup installs it)")?;
+    if !out.status.success() {
+        bail!(
+            "skopeo copy {name} -> {target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 impl TestRegistry {
     /// Starts a registry on 127.0.0.1; `htpasswd` (a line `user:bcrypt-hash`) turns on basic auth.
     pub fn start(htpasswd: Option<&str>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let port = crate::vm::free_port()?;
-        let mut cfg = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            dir.path().join("data").display()
-        );
-        if let Some(h) = htpasswd {
-            std::fs::write(dir.path().join("htpasswd"), format!("{h}\n"))?;
-            cfg.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: nodeos-test\n    path: {}\n",
-                dir.path().join("htpasswd").display()
-            ));
-        }
-        std::fs::write(dir.path().join("config.yml"), cfg)?;
-        let log = std::fs::File::create(dir.path().join("registry.log"))?;
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(dir.path().join("config.yml"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting docker-registry (./build.sh setup installs it)")?;
-        let reg = TestRegistry { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            ensure!(
-                Instant::now() < deadline,
-                "registry did not listen: {}",
-                reg.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(reg)
+        let (child, port) = spawn_registry(dir.path(), htpasswd, false)?;
+        Ok(TestRegistry { child, port, dir })
     }
 
     pub fn host(&self) -> String {
@@ -76,29 +119,7 @@ impl TestRegistry {
 
     /// Copies `name` (all platforms) from an OCI layout into `repo:tag` here.
     pub fn push(&self, layout_dir: &Path, name: &str, target: &str, creds: Option<&str>) -> Result<()> {
-        let mut cmd = Command::new("skopeo");
-        cmd.args([
-            "copy",
-            "--quiet",
-            "--all",
-            "--dest-tls-verify=false",
-            "--preserve-digests",
-        ]);
-        if let Some(c) = creds {
-            cmd.arg(format!("--dest-creds={c}"));
-        }
-        let out = cmd
-            .arg(format!("oci:{}:{name}", layout_dir.display()))
-            .arg(format!("docker://{}/{target}", self.host()))
-            .output()
-            .context("running skopeo (./build.sh setup installs it)")?;
-        if !out.status.success() {
-            bail!(
-                "skopeo copy {name} -> {target}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
+        push_image(&self.host(), layout_dir, name, target, creds)
     }
 }
 

@@ -37,7 +37,8 @@ impl Arch {
         }
     }
 
-    fn qemu(self) -> &'static str {
+    /// The QEMU system emulator of this arch.
+    pub fn qemu(self) -> &'static str {
         match self {
             Arch::X86_64 => "qemu-system-x86_64",
             Arch::Aarch64 => "qemu-system-aarch64",
@@ -81,11 +82,25 @@ pub enum Boot {
 /// A NIC on QEMU user networking (always `restrict=on`), with host port forwards to the guest.
 #[derive(Debug, Clone, Default)]
 pub struct Nic {
+    /// The NIC's MAC address (QEMU picks one when None).
+    pub mac: Option<String>,
     /// (host port on 127.0.0.1, guest port)
     pub forwards: Vec<(u16, u16)>,
     /// Guest-side services reaching the host: (guest IP, guest port, host port on 127.0.0.1).
     /// Each guest connection runs `nodeos-vm relay 127.0.0.1:<host port>`.
     pub guest_forwards: Vec<(String, u16, u16)>,
+}
+
+/// A NIC on a LAN shared by several VMs: UDP datagrams on 127.0.0.1 to and from a
+/// `nodeos-vm switch` (QEMU's `dgram` netdev), so VM-to-VM traffic never leaves the host's
+/// loopback.
+#[derive(Debug, Clone)]
+pub struct Lan {
+    pub mac: String,
+    /// The VM's own UDP port.
+    pub local_port: u16,
+    /// The switch's UDP port.
+    pub switch_port: u16,
 }
 
 /// What to build.
@@ -99,6 +114,8 @@ pub struct VmConfig {
     pub fw_cfg: Option<String>,
     pub extra_disks: Vec<PathBuf>,
     pub nics: Vec<Nic>,
+    /// A NIC on a shared LAN, after the user-networking NICs.
+    pub lan: Option<Lan>,
 }
 
 impl VmConfig {
@@ -136,6 +153,7 @@ impl VmConfig {
             fw_cfg: None,
             extra_disks: Vec::new(),
             nics: vec![Nic::default()],
+            lan: None,
         }
     }
 
@@ -154,6 +172,18 @@ impl VmConfig {
     #[must_use]
     pub fn with_nics(mut self, nics: Vec<Nic>) -> Self {
         self.nics = nics;
+        self
+    }
+
+    #[must_use]
+    pub fn with_lan(mut self, lan: Lan) -> Self {
+        self.lan = Some(lan);
+        self
+    }
+
+    #[must_use]
+    pub fn with_cpus(mut self, cpus: u32) -> Self {
+        self.cpus = cpus;
         self
     }
 
@@ -271,8 +301,10 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-impl Vm {
-    fn start(cfg: &VmConfig, dir: PathBuf) -> Result<Self> {
+/// The QEMU command line of `cfg` with its logs (serial console, QMP socket, machine config) in
+/// `dir`, and the host ports forwarded to the guest.
+pub fn qemu_args(cfg: &VmConfig, dir: &Path) -> Result<(Vec<String>, Vec<(u16, u16)>)> {
+    {
         let serial = dir.join("serial.log");
         let qmp = dir.join("qmp.sock");
         let mut args: Vec<String> = cfg.arch.machine_args();
@@ -352,11 +384,23 @@ impl Vm {
                     relay_bin().display()
                 ));
             }
+            let mac = nic.mac.as_ref().map(|m| format!(",mac={m}")).unwrap_or_default();
             args.extend([
                 "-netdev".into(),
                 netdev,
                 "-device".into(),
-                format!("virtio-net-pci,netdev=n{i}"),
+                format!("virtio-net-pci,netdev=n{i}{mac}"),
+            ]);
+        }
+        if let Some(lan) = &cfg.lan {
+            args.extend([
+                "-netdev".into(),
+                format!(
+                    "dgram,id=lan,local.type=inet,local.host=127.0.0.1,local.port={},remote.type=inet,remote.host=127.0.0.1,remote.port={}",
+                    lan.local_port, lan.switch_port
+                ),
+                "-device".into(),
+                format!("virtio-net-pci,netdev=lan,mac={}", lan.mac),
             ]);
         }
         if let Some(json) = &cfg.fw_cfg {
@@ -367,6 +411,15 @@ impl Vm {
                 format!("name=opt/nodeos/config,file={}", path.display()),
             ]);
         }
+        Ok((args, forwards))
+    }
+}
+
+impl Vm {
+    fn start(cfg: &VmConfig, dir: PathBuf) -> Result<Self> {
+        let serial = dir.join("serial.log");
+        let qmp = dir.join("qmp.sock");
+        let (args, forwards) = qemu_args(cfg, &dir)?;
         std::fs::write(dir.join("qemu.args"), args.join("\n"))?;
         let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
         let child = Command::new(cfg.arch.qemu())
@@ -445,33 +498,7 @@ impl Vm {
 
     /// Sends one QMP command (e.g. `system_powerdown`) and returns the reply.
     pub fn qmp(&self, command: &str, arguments: Option<serde_json::Value>) -> Result<serde_json::Value> {
-        let mut stream = UnixStream::connect(&self.qmp)
-            .with_context(|| format!("connecting to {}", self.qmp.display()))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut line = String::new();
-        reader.read_line(&mut line)?; // greeting
-        stream.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
-        line.clear();
-        reader.read_line(&mut line)?;
-        let mut cmd = serde_json::json!({ "execute": command });
-        if let Some(a) = arguments {
-            cmd["arguments"] = a;
-        }
-        stream.write_all(format!("{cmd}\n").as_bytes())?;
-        loop {
-            line.clear();
-            if reader.read_line(&mut line)? == 0 {
-                bail!("QMP closed before replying to {command}");
-            }
-            let v: serde_json::Value = serde_json::from_str(&line)?;
-            if v.get("return").is_some() || v.get("error").is_some() {
-                if let Some(e) = v.get("error") {
-                    bail!("QMP {command}: {e}");
-                }
-                return Ok(v);
-            }
-        }
+        qmp_command(&self.qmp, command, arguments)
     }
 
     /// Waits for QEMU to exit on its own.
@@ -501,6 +528,37 @@ impl Drop for Vm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends one QMP command to the QMP socket at `socket` and returns the reply.
+pub fn qmp_command(socket: &Path, command: &str, arguments: Option<serde_json::Value>) -> Result<serde_json::Value> {
+    let mut stream =
+        UnixStream::connect(socket).with_context(|| format!("connecting to {}", socket.display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?; // greeting
+    stream.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
+    line.clear();
+    reader.read_line(&mut line)?;
+    let mut cmd = serde_json::json!({ "execute": command });
+    if let Some(a) = arguments {
+        cmd["arguments"] = a;
+    }
+    stream.write_all(format!("{cmd}\n").as_bytes())?;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            bail!("QMP closed before replying to {command}");
+        }
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        if let Some(e) = v.get("error") {
+            bail!("QMP {command}: {e}");
+        }
+        if v.get("return").is_some() {
+            return Ok(v);
+        }
     }
 }
 
