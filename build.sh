@@ -304,7 +304,7 @@ cmd_test() {
   fi
 }
 
-# bench [boot|api|runtime]
+# bench [boot|api|runtime|scheduler]
 cmd_bench() {
   local name="${1:-boot}"
   case "$name" in
@@ -331,7 +331,15 @@ cmd_bench() {
         || die "the runtime benchmark failed"
       say "bench runtime -> $OUT_DIR/bench/runtime.json"
       ;;
-    *) die "unknown benchmark '$name' (boot, api or runtime)" ;;
+    scheduler)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_setup_if_needed
+      step "build: control plane and scheduler benchmark (release)" cargo build --locked --release -p controlplane --features testing \
+        || die "building the control plane failed"
+      "$CARGO_TARGET_DIR/release/scheduler-bench" "$OUT_DIR/bench/scheduler.json" || die "the scheduler benchmark failed"
+      say "bench scheduler -> $OUT_DIR/bench/scheduler.json"
+      ;;
+    *) die "unknown benchmark '$name' (boot, api, runtime or scheduler)" ;;
   esac
 }
 

@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::CP_GUEST_IP;
 use crate::guest::REGISTRY_GUEST;
 use crate::registry::{push_image, spawn_registry, write_test_images};
-use crate::vm::{Arch, Lan, Nic, VmConfig, free_port, out_dir, qemu_args, qmp_command, relay_bin, target_dir};
+use crate::vm::{
+    Arch, Lan, Nic, VmConfig, free_port, out_dir, qemu_args, qmp_command, relay_bin, target_dir,
+};
 
 /// Which architectures the nodes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +45,7 @@ impl Archs {
     fn of(self, i: usize) -> Arch {
         match self {
             Archs::One(a) => a,
-            Archs::Mixed if i % 2 == 0 => Arch::X86_64,
+            Archs::Mixed if i.is_multiple_of(2) => Arch::X86_64,
             Archs::Mixed => Arch::Aarch64,
         }
     }
@@ -84,7 +86,10 @@ impl Proc {
         let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
         let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'));
         !zombie && String::from_utf8_lossy(argv0).ends_with(&self.program)
     }
 
@@ -126,7 +131,8 @@ fn state_path(dir: &Path) -> PathBuf {
 /// The recorded state of the cluster in `dir`.
 pub fn load(dir: &Path) -> Result<State> {
     let p = state_path(dir);
-    let text = std::fs::read_to_string(&p).with_context(|| format!("no cluster recorded in {}", p.display()))?;
+    let text =
+        std::fs::read_to_string(&p).with_context(|| format!("no cluster recorded in {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("reading {}", p.display()))
 }
 
@@ -141,7 +147,12 @@ fn free_udp_port() -> Result<u16> {
 
 /// Starts `program args` in its own process group (so it outlives this command and its
 /// terminal), stdout/stderr to files.
-fn spawn_detached(program: &Path, args: &[String], stdout: &Path, stderr: &Path) -> Result<std::process::Child> {
+fn spawn_detached(
+    program: &Path,
+    args: &[String],
+    stdout: &Path,
+    stderr: &Path,
+) -> Result<std::process::Child> {
     Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -189,7 +200,7 @@ fn machine_config(cp_dir: &Path, name: &str, address: &str, agent_port: u16) -> 
     .to_string())
 }
 
-fn start_qemu(node: &NodeState) -> Result<Proc> {
+fn start_qemu(node: &NodeState) -> Result<(Proc, std::process::Child)> {
     let arch = Arch::parse(&node.arch)?;
     let serial = node.dir.join("serial.log");
     if serial.exists() {
@@ -201,7 +212,7 @@ fn start_qemu(node: &NodeState) -> Result<Proc> {
         &node.dir.join("qemu.stdout"),
         &node.dir.join("qemu.stderr"),
     )?;
-    Ok(Proc::of(&child, arch.qemu()))
+    Ok((Proc::of(&child, arch.qemu()), child))
 }
 
 /// `cluster up`.
@@ -246,7 +257,12 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
             CP_GUEST_IP.into(),
         ])
         .collect();
-    let cp = spawn_detached(&cp_bin, &cp_args, &cp_dir.join("stdout.log"), &cp_dir.join("controlplane.log"))?;
+    let mut cp = spawn_detached(
+        &cp_bin,
+        &cp_args,
+        &cp_dir.join("stdout.log"),
+        &cp_dir.join("controlplane.log"),
+    )?;
     let control_plane = Proc::of(&cp, &cp_bin.display().to_string());
     started.push(control_plane.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -254,7 +270,7 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
         .unwrap_or_default()
         .contains("serving on")
     {
-        if Instant::now() > deadline || !control_plane.alive() {
+        if Instant::now() > deadline || cp.try_wait()?.is_some() {
             bail!(
                 "the control plane did not start; see {}",
                 cp_dir.join("controlplane.log").display()
@@ -271,7 +287,13 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
     started.push(registry.clone());
     let images = dir.join("images");
     write_test_images(&images, &["amd64", "arm64"])?;
-    push_image(&format!("127.0.0.1:{registry_port}"), &images, "busybox:1", "busybox:1", None)?;
+    push_image(
+        &format!("127.0.0.1:{registry_port}"),
+        &images,
+        "busybox:1",
+        "busybox:1",
+        None,
+    )?;
     // The LAN switch.
     let switch_port = free_udp_port()?;
     let node_ports: Vec<u16> = (0..opts.nodes).map(|_| free_udp_port()).collect::<Result<_>>()?;
@@ -280,12 +302,18 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
         switch_args.extend(["--peer".into(), p.to_string()]);
     }
     let relay = relay_bin();
-    let sw = spawn_detached(&relay, &switch_args, &dir.join("switch.log"), &dir.join("switch.err"))?;
+    let sw = spawn_detached(
+        &relay,
+        &switch_args,
+        &dir.join("switch.log"),
+        &dir.join("switch.err"),
+    )?;
     let switch = Proc::of(&sw, &relay.display().to_string());
     started.push(switch.clone());
     // Nodes.
     let out = out_dir();
     let mut nodes = Vec::new();
+    let mut children = Vec::new();
     for (i, local_port) in node_ports.iter().enumerate() {
         let arch = opts.archs.of(i);
         let name = format!("node-{i}");
@@ -321,10 +349,11 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
             address,
             agent_port,
         };
-        let p = start_qemu(&node)?;
+        let (p, child) = start_qemu(&node)?;
         started.push(p.clone());
         node.proc = Some(p);
         nodes.push(node);
+        children.push(child);
     }
     let state = State {
         control_plane,
@@ -350,7 +379,11 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
         if ready == state.nodes.len() {
             break;
         }
-        if let Some(dead) = state.nodes.iter().find(|n| n.proc.as_ref().is_some_and(|p| !p.alive())) {
+        if let Some(dead) = state
+            .nodes
+            .iter()
+            .find(|n| n.proc.as_ref().is_some_and(|p| !p.alive()))
+        {
             bail!(
                 "node {} stopped while booting; see {}",
                 dead.name,
@@ -407,14 +440,26 @@ pub fn status(dir: &Path) -> Result<()> {
         println!("{what:<24} {pid:>8}  {s}");
     };
     println!("{:<24} {:>8}  STATE", "PROCESS", "PID");
-    show(&format!("control plane :{}", state.api_port), Some(&state.control_plane));
-    show(&format!("registry :{}", state.registry_port), Some(&state.registry));
+    show(
+        &format!("control plane :{}", state.api_port),
+        Some(&state.control_plane),
+    );
+    show(
+        &format!("registry :{}", state.registry_port),
+        Some(&state.registry),
+    );
     show("lan switch", Some(&state.switch));
     for n in &state.nodes {
-        show(&format!("{} ({}, {})", n.name, n.arch, n.address), n.proc.as_ref());
+        show(
+            &format!("{} ({}, {})", n.name, n.arch, n.address),
+            n.proc.as_ref(),
+        );
     }
     if state.control_plane.alive() {
-        println!("\n{}", kubectl(&state.kubeconfig, &["get", "nodes", "-o", "wide"])?);
+        println!(
+            "\n{}",
+            kubectl(&state.kubeconfig, &["get", "nodes", "-o", "wide"])?
+        );
         println!("export KUBECONFIG={}", state.kubeconfig.display());
     }
     Ok(())
@@ -435,7 +480,9 @@ pub fn node(dir: &Path, name: &str, action: &str) -> Result<()> {
                 bail!("{name} is not running");
             }
             if n.arch == "aarch64" {
-                println!("note: the arm64 cloud kernel has no gpio-keys driver; the power button may go unseen");
+                println!(
+                    "note: the arm64 cloud kernel has no gpio-keys driver; the power button may go unseen"
+                );
             }
             qmp_command(&n.dir.join("qmp.sock"), "system_powerdown", None)?;
             println!("{name}: power button pressed");
@@ -450,7 +497,7 @@ pub fn node(dir: &Path, name: &str, action: &str) -> Result<()> {
             if running {
                 bail!("{name} is already running");
             }
-            n.proc = Some(start_qemu(n)?);
+            n.proc = Some(start_qemu(n)?.0);
             println!("{name}: booting ({})", n.dir.join("serial.log").display());
         }
         other => bail!("unknown node action {other:?} (poweroff, kill or start)"),
@@ -463,7 +510,10 @@ pub fn node(dir: &Path, name: &str, action: &str) -> Result<()> {
 /// source MAC and floods frames for unknown or broadcast destinations to every other peer.
 pub fn switch(listen: u16, peers: &[u16]) -> Result<()> {
     let socket = UdpSocket::bind(("127.0.0.1", listen))?;
-    let peers: Vec<SocketAddr> = peers.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
+    let peers: Vec<SocketAddr> = peers
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
     let mut table: std::collections::HashMap<[u8; 6], SocketAddr> = std::collections::HashMap::new();
     let mut buf = vec![0u8; 65_536];
     loop {

@@ -64,7 +64,13 @@ pub fn spawn_registry(dir: &Path, htpasswd: Option<&str>, detached: bool) -> Res
 }
 
 /// Copies `name` (all platforms) from an OCI layout into `repo:tag` of the registry at `host`.
-pub fn push_image(host: &str, layout_dir: &Path, name: &str, target: &str, creds: Option<&str>) -> Result<()> {
+pub fn push_image(
+    host: &str,
+    layout_dir: &Path,
+    name: &str,
+    target: &str,
+    creds: Option<&str>,
+) -> Result<()> {
     let mut cmd = Command::new("skopeo");
     cmd.args([
         "copy",

@@ -301,9 +301,12 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Host ports forwarded to a guest: (host port on 127.0.0.1, guest port).
+pub type Forwards = Vec<(u16, u16)>;
+
 /// The QEMU command line of `cfg` with its logs (serial console, QMP socket, machine config) in
 /// `dir`, and the host ports forwarded to the guest.
-pub fn qemu_args(cfg: &VmConfig, dir: &Path) -> Result<(Vec<String>, Vec<(u16, u16)>)> {
+pub fn qemu_args(cfg: &VmConfig, dir: &Path) -> Result<(Vec<String>, Forwards)> {
     {
         let serial = dir.join("serial.log");
         let qmp = dir.join("qmp.sock");
@@ -532,7 +535,11 @@ impl Drop for Vm {
 }
 
 /// Sends one QMP command to the QMP socket at `socket` and returns the reply.
-pub fn qmp_command(socket: &Path, command: &str, arguments: Option<serde_json::Value>) -> Result<serde_json::Value> {
+pub fn qmp_command(
+    socket: &Path,
+    command: &str,
+    arguments: Option<serde_json::Value>,
+) -> Result<serde_json::Value> {
     let mut stream =
         UnixStream::connect(socket).with_context(|| format!("connecting to {}", socket.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;

@@ -38,7 +38,10 @@ impl Drop for Down<'_> {
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("kubectl").env("KUBECONFIG", kubeconfig).args(args).output()?;
+    let out = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()?;
     ensure!(
         out.status.success(),
         "kubectl {args:?}: {}",
@@ -47,7 +50,12 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn wait_for(kubeconfig: &Path, args: &[&str], ok: impl Fn(&str) -> bool, timeout: Duration) -> Result<String> {
+fn wait_for(
+    kubeconfig: &Path,
+    args: &[&str],
+    ok: impl Fn(&str) -> bool,
+    timeout: Duration,
+) -> Result<String> {
     let deadline = Instant::now() + timeout;
     loop {
         let v = kubectl(kubeconfig, args).unwrap_or_default();
@@ -74,7 +82,12 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
     // Each node has its own name and LAN address.
     let addresses = kubectl(
         &kc,
-        &["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.addresses[?(@.type==\"InternalIP\")].address} {end}"],
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.addresses[?(@.type==\"InternalIP\")].address} {end}",
+        ],
     )?;
     ensure!(
         addresses.contains("node-0=192.168.77.10") && addresses.contains("node-1=192.168.77.11"),
@@ -89,7 +102,12 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
     let file = data.join("hello.json");
     std::fs::write(&file, pod.to_string())?;
     kubectl(&kc, &["create", "-f", &file.display().to_string()])?;
-    let node = wait_for(&kc, &["get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}"], |n| n.starts_with("node-"), Duration::from_secs(60))?;
+    let node = wait_for(
+        &kc,
+        &["get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}"],
+        |n| n.starts_with("node-"),
+        Duration::from_secs(60),
+    )?;
     wait_for(
         &kc,
         &["get", "pod", "hello", "-o", "jsonpath={.status.phase}"],
@@ -98,21 +116,31 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
     )?;
     let events = kubectl(&kc, &["events", "--for", "pod/hello"])?;
     ensure!(
-        events.contains("Scheduled") && events.contains(&format!("Successfully assigned default/hello to {node}")),
+        events.contains("Scheduled")
+            && events.contains(&format!("Successfully assigned default/hello to {node}")),
         "{events}"
     );
     // Power loss and a new boot of the same node.
     nodeos_vm(&data, &["node", "node-1", "kill"])?;
     let status = nodeos_vm(&data, &["status"])?;
     ensure!(
-        status.lines().any(|l| l.starts_with("node-1") && l.ends_with("stopped")),
+        status
+            .lines()
+            .any(|l| l.starts_with("node-1") && l.ends_with("stopped")),
         "{status}"
     );
     nodeos_vm(&data, &["node", "node-1", "start"])?;
     let serial = data.join("nodes/node-1/serial.log");
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !std::fs::read_to_string(&serial).unwrap_or_default().contains("agent: node registered") {
-        ensure!(Instant::now() < deadline, "node-1 did not boot again; see {}", serial.display());
+    while !std::fs::read_to_string(&serial)
+        .unwrap_or_default()
+        .contains("agent: node registered")
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "node-1 did not boot again; see {}",
+            serial.display()
+        );
         std::thread::sleep(Duration::from_secs(1));
     }
     let before = devcluster::load(&data)?;
@@ -121,7 +149,12 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
     procs.extend(before.nodes.into_iter().filter_map(|n| n.proc));
     std::thread::sleep(Duration::from_millis(500));
     for p in procs {
-        ensure!(!p.alive(), "{} (pid {}) still running after down", p.program, p.pid);
+        ensure!(
+            !p.alive(),
+            "{} (pid {}) still running after down",
+            p.program,
+            p.pid
+        );
     }
     ensure!(!data.join("cluster.json").exists(), "state removed");
     Ok(())
