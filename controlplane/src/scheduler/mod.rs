@@ -20,6 +20,7 @@ pub mod plugins;
 pub mod pod;
 pub mod preemption;
 pub mod queue;
+mod strip;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -108,13 +109,18 @@ struct Stores {
     stateful_sets: Store<StatefulSet>,
 }
 
-fn reflect<K>(api: kube::Api<K>) -> Store<K>
+fn reflect<K>(api: kube::Api<K>, strip: fn(&mut K)) -> Store<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip),
+    );
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(e) = stream.next().await {
@@ -126,13 +132,13 @@ where
     reader
 }
 
-fn forward<K, F>(api: kube::Api<K>, cfg: watcher::Config, tx: mpsc::Sender<Input>, wrap: F)
+fn forward<K, F>(api: kube::Api<K>, cfg: watcher::Config, tx: mpsc::Sender<Input>, strip: fn(&mut K), wrap: F)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(watcher::Event<K>) -> Input + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut stream = std::pin::pin!(watcher(api, cfg).default_backoff());
+        let mut stream = std::pin::pin!(watcher(api, cfg).default_backoff().modify(strip));
         while let Some(e) = stream.next().await {
             match e {
                 Ok(ev) => {
@@ -226,28 +232,34 @@ impl Scheduler {
         let c = &self.client;
         // Finished pods hold no resources: upstream's scheduler watches the same set.
         let pods_cfg = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-        forward(kube::Api::<Pod>::all(c.clone()), pods_cfg, tx.clone(), |e| {
-            Input::Pod(Box::new(e))
-        });
+        forward(
+            kube::Api::<Pod>::all(c.clone()),
+            pods_cfg,
+            tx.clone(),
+            strip::pod,
+            |e| Input::Pod(Box::new(e)),
+        );
         forward(
             kube::Api::<Node>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
+            strip::node,
             |e| Input::Node(Box::new(e)),
         );
         forward(
             kube::Api::<Namespace>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
+            strip::meta,
             |e| Input::Namespace(Box::new(e)),
         );
         let stores = Stores {
-            priority_classes: reflect(kube::Api::all(c.clone())),
-            budgets: reflect(kube::Api::all(c.clone())),
-            runtime_classes: reflect(kube::Api::all(c.clone())),
-            services: reflect(kube::Api::all(c.clone())),
-            replica_sets: reflect(kube::Api::all(c.clone())),
-            stateful_sets: reflect(kube::Api::all(c.clone())),
+            priority_classes: reflect(kube::Api::all(c.clone()), strip::meta),
+            budgets: reflect(kube::Api::all(c.clone()), strip::meta),
+            runtime_classes: reflect(kube::Api::all(c.clone()), strip::meta),
+            services: reflect(kube::Api::all(c.clone()), strip::service),
+            replica_sets: reflect(kube::Api::all(c.clone()), strip::replica_set),
+            stateful_sets: reflect(kube::Api::all(c.clone()), strip::stateful_set),
         };
         tracing::info!(name = %self.cfg.name, identity = %self.cfg.identity, "scheduler started");
         loop {
