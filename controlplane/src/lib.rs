@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod controllers;
+pub mod events;
 pub mod hollow;
 pub mod inprocess;
 pub mod leader;

@@ -1,8 +1,9 @@
 //! `controlplane`: the bundled control plane and its standalone components.
 //!
 //! - `serve --data-dir DIR [--listen ADDR]`: the API server on its embedded store (or `--etcd`),
-//!   with the scheduler in process;
+//!   with the scheduler and the controllers in process;
 //! - `scheduler --kubeconfig FILE`: the scheduler alone, against any API server;
+//! - `controllers --kubeconfig FILE`: the controllers alone, against any API server;
 //! - `hollow-nodes --kubeconfig FILE --count N`: simulated nodes for tests and benchmarks.
 
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use controlplane::api::{Api, Caller};
+use controlplane::controllers::{self, ControllerConfig};
 use controlplane::inprocess::InProcess;
 use controlplane::pki::Pki;
 use controlplane::scheduler::{self, SchedulerConfig};
@@ -31,6 +33,8 @@ enum Command {
     Serve(ServeArgs),
     /// The scheduler alone, against the API server of a kubeconfig.
     Scheduler(SchedulerArgs),
+    /// The controllers alone, against the API server of a kubeconfig.
+    Controllers(ControllersArgs),
     /// Simulated nodes (no containers) that register, heartbeat and run pods bound to them.
     HollowNodes(controlplane::hollow::HollowArgs),
 }
@@ -51,6 +55,9 @@ struct ServeArgs {
     /// Do not run the scheduler in process (e.g. to run another one against this server).
     #[arg(long)]
     no_scheduler: bool,
+    /// Do not run the controllers in process.
+    #[arg(long)]
+    no_controllers: bool,
     #[command(flatten)]
     scheduling: SchedulingArgs,
 }
@@ -73,6 +80,29 @@ impl SchedulingArgs {
         let defaults = SchedulerConfig::default();
         SchedulerConfig {
             percentage_of_nodes_to_score: self.percentage_of_nodes_to_score,
+            leader_elect: !self.no_leader_elect,
+            identity: self.identity.clone().unwrap_or(defaults.identity.clone()),
+            ..defaults
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct ControllersArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Run without leader election.
+    #[arg(long)]
+    no_leader_elect: bool,
+    /// This instance's name in the Lease (default: `<hostname>_<random>`).
+    #[arg(long)]
+    identity: Option<String>,
+}
+
+impl ControllersArgs {
+    fn config(&self) -> ControllerConfig {
+        let defaults = ControllerConfig::default();
+        ControllerConfig {
             leader_elect: !self.no_leader_elect,
             identity: self.identity.clone().unwrap_or(defaults.identity.clone()),
             ..defaults
@@ -108,6 +138,16 @@ fn main() -> anyhow::Result<()> {
                     .await
                     .context("--kubeconfig")?;
             scheduler::run(client, args.scheduling.config()).await;
+            Ok(())
+        }),
+        Command::Controllers(args) => rt.block_on(async move {
+            let client = transport::kubeapi::from_kubeconfig(
+                &args.kubeconfig,
+                "kube-controller-manager/v1.32.0 nodeos",
+            )
+            .await
+            .context("--kubeconfig")?;
+            controllers::run(client, args.config()).await;
             Ok(())
         }),
         Command::HollowNodes(args) => rt.block_on(controlplane::hollow::run(args)),
@@ -165,6 +205,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         let client = InProcess::new(api.clone(), caller, "kube-scheduler").client();
         tokio::spawn(scheduler::run(client, args.scheduling.config()));
+    }
+    if !args.no_controllers {
+        let caller = Caller {
+            user: "system:kube-controller-manager".into(),
+            groups: vec!["system:authenticated".into()],
+        };
+        let client = InProcess::new(api.clone(), caller, "kube-controller-manager").client();
+        tokio::spawn(controllers::run(client, ControllerConfig::default()));
     }
     tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");
     println!(

@@ -14,7 +14,6 @@
 //! the next cycle does not need to wait for the write.
 
 pub mod cache;
-pub mod events;
 pub mod framework;
 pub mod plugins;
 pub mod pod;
@@ -41,11 +40,11 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 
 use self::cache::{Cache, Nominations};
-use self::events::{Kind, Recorder};
 use self::framework::{CycleInput, FitError, schedule};
 use self::pod::{DEFAULT_SCHEDULER, PodInfo};
 use self::preemption::{Budget, Candidate, Outcome};
 use self::queue::{ClusterEvent, SchedulingQueue};
+use crate::events::{Kind, Recorder};
 use crate::leader::{self, LeaseConfig};
 
 /// How the scheduler runs.
@@ -686,7 +685,7 @@ impl Scheduler {
                     })
                     .await;
                 recorder
-                    .pod_event(&info, Kind::Normal, "Scheduled", "Binding", &msg)
+                    .record(&info.involved(), Kind::Normal, "Scheduled", "Binding", &msg)
                     .await;
             } else {
                 let _ = tx
@@ -727,7 +726,13 @@ impl Scheduler {
                             let msg = format!("Binding rejected: {e}");
                             tokio::spawn(async move {
                                 recorder
-                                    .pod_event(&info, Kind::Warning, "FailedScheduling", "Scheduling", &msg)
+                                    .record(
+                                        &info.involved(),
+                                        Kind::Warning,
+                                        "FailedScheduling",
+                                        "Scheduling",
+                                        &msg,
+                                    )
                                     .await
                             });
                         }
@@ -762,7 +767,7 @@ impl Scheduler {
                     Ok(_) => {
                         let msg = format!("Preempted by pod {} on node {}", preemptor.uid, c.node);
                         recorder
-                            .pod_event(v, Kind::Normal, "Preempted", "Preempting", &msg)
+                            .record(&v.involved(), Kind::Normal, "Preempted", "Preempting", &msg)
                             .await;
                     }
                     Err(e) => tracing::warn!(victim = %v.key(), error = %e, "preemption victim not deleted"),
@@ -786,7 +791,13 @@ impl Scheduler {
         let (info, message) = (info.clone(), message.to_string());
         tokio::spawn(async move {
             recorder
-                .pod_event(&info, Kind::Warning, "FailedScheduling", "Scheduling", &message)
+                .record(
+                    &info.involved(),
+                    Kind::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    &message,
+                )
                 .await
         });
     }

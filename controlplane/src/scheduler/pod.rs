@@ -245,6 +245,11 @@ impl PodInfo {
         }
     }
 
+    /// The pod as the object of an event.
+    pub fn involved(&self) -> crate::events::Involved {
+        crate::events::Involved::of(&*self.pod)
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

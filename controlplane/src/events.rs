@@ -1,6 +1,7 @@
-//! Events about pods, written through the API as upstream's `default-scheduler` writes them:
-//! `Scheduled`, `FailedScheduling`, `Preempted`. A repeat of the same event (same pod, reason and
-//! message) updates the first one's `count` and `lastTimestamp` instead of creating another.
+//! Events written through the API as upstream's components write them (`source.component` and
+//! `reportingComponent` are the component's name: `default-scheduler`, `replicaset-controller`,
+//! ...). A repeat of the same event (same object, reason and message) updates the first one's
+//! `count` and `lastTimestamp` instead of creating another.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,7 +11,31 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::pod::PodInfo;
+/// The object an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Involved {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: Option<String>,
+}
+
+impl Involved {
+    /// The object of a typed resource.
+    pub fn of<K: kube::Resource<DynamicType = ()>>(o: &K) -> Self {
+        let m = o.meta();
+        Self {
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            namespace: m.namespace.clone(),
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+            resource_version: m.resource_version.clone(),
+        }
+    }
+}
 
 /// What makes two events the same: (object uid, reason, message).
 type Repeat = (String, String, String);
@@ -52,24 +77,26 @@ impl Recorder {
         }
     }
 
-    /// Records an event about `pod` (failures are logged: events are best effort).
-    pub async fn pod_event(&self, pod: &PodInfo, kind: Kind, reason: &str, action: &str, message: &str) {
-        if let Err(e) = self.write(pod, kind, reason, action, message).await {
-            tracing::debug!(pod = %pod.key(), reason, error = %e, "event not recorded");
+    /// Records an event about `object` (failures are logged: events are best effort).
+    pub async fn record(&self, object: &Involved, kind: Kind, reason: &str, action: &str, message: &str) {
+        if let Err(e) = self.write(object, kind, reason, action, message).await {
+            tracing::debug!(object = %object.name, reason, error = %e, "event not recorded");
         }
     }
 
     async fn write(
         &self,
-        pod: &PodInfo,
+        object: &Involved,
         kind: Kind,
         reason: &str,
         action: &str,
         message: &str,
     ) -> Result<(), kube::Error> {
-        let events: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &pod.namespace);
+        // Events of cluster-scoped objects live in `default`, as upstream's recorder puts them.
+        let ns = object.namespace.clone().unwrap_or_else(|| "default".into());
+        let events: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &ns);
         let now = kcore::time::rfc3339(SystemTime::now());
-        let key = (pod.uid.clone(), reason.to_string(), message.to_string());
+        let key = (object.uid.clone(), reason.to_string(), message.to_string());
         let repeat = self.seen.lock().ok().and_then(|s| s.get(&key).cloned());
         if let Some((name, count)) = repeat {
             let patch = json!({"count": count + 1, "lastTimestamp": now});
@@ -91,12 +118,13 @@ impl Recorder {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let name = format!("{}.{nanos:x}", pod.name);
+        let name = format!("{}.{nanos:x}", object.name);
         let body = json!({
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": pod.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
-                               "uid": pod.uid, "resourceVersion": pod.pod.metadata.resource_version},
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"apiVersion": object.api_version, "kind": object.kind, "name": object.name,
+                               "namespace": object.namespace, "uid": object.uid,
+                               "resourceVersion": object.resource_version},
             "reason": reason, "message": message,
             "type": match kind { Kind::Normal => "Normal", Kind::Warning => "Warning" },
             "source": {"component": self.component},

@@ -1,0 +1,191 @@
+//! The controllers (docs/SEEDS-SPEC.md §3): API clients that move the cluster towards what its
+//! objects ask for. They run inside `controlplane serve` over the in-process transport (identity
+//! `system:kube-controller-manager`) or standalone (`controlplane controllers --kubeconfig F`),
+//! one active instance per cluster through the Lease `kube-system/kube-controller-manager`.
+//!
+//! Each controller is kube-runtime's `Controller` (per-object work queue, no two reconciles of one
+//! object at once, requeue by `Action`) over shared informers (`informer`: one list+watch per
+//! kind for all controllers). Decisions are pure functions of the cached objects in each
+//! controller's `reconcile` module, table-tested; the code around them only moves data. Events
+//! carry upstream's component names (`replicaset-controller`, ...).
+
+pub mod expectations;
+pub mod informer;
+pub mod podutil;
+pub mod replicaset;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::events::Recorder;
+use crate::leader::{self, LeaseConfig};
+use informer::Informers;
+
+/// How the controller manager runs.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub leader_elect: bool,
+    pub identity: String,
+    /// Reconciles of one controller running at once.
+    pub concurrency: u16,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            leader_elect: true,
+            identity: leader::identity(),
+            concurrency: 8,
+        }
+    }
+}
+
+/// A controller ready to run.
+pub type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the controllers are built from.
+pub struct Manager {
+    pub client: kube::Client,
+    pub informers: Informers,
+    pub cfg: ControllerConfig,
+}
+
+impl Manager {
+    /// An event recorder for the controller named `component` (upstream's names).
+    pub fn recorder(&self, component: &str) -> Arc<Recorder> {
+        Arc::new(Recorder::new(self.client.clone(), component, &self.cfg.identity))
+    }
+
+    /// kube-runtime's controller settings for this manager.
+    pub fn controller_config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.cfg.concurrency)
+    }
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs every controller for ever (as leader only, with leader election).
+pub async fn run(client: kube::Client, cfg: ControllerConfig) {
+    if cfg.leader_elect {
+        let lease = LeaseConfig::new("kube-controller-manager", &cfg.identity);
+        leader::run_as_leader(client.clone(), lease, move || {
+            run_all(client.clone(), cfg.clone())
+        })
+        .await;
+    } else {
+        run_all(client, cfg).await;
+    }
+}
+
+/// Builds every controller (they subscribe to the informers), starts the informers, and runs
+/// the controllers until one ends.
+pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
+    let mgr = Manager {
+        informers: Informers::new(client.clone()),
+        client,
+        cfg,
+    };
+    let controllers: Vec<(&str, Running)> = vec![("replicaset", replicaset::controller(&mgr))];
+    mgr.informers.start();
+    tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
+    let tasks: Vec<_> = controllers
+        .into_iter()
+        .map(|(name, fut)| {
+            tokio::spawn(async move {
+                fut.await;
+                tracing::error!(controller = name, "controller stopped");
+            })
+        })
+        .collect();
+    let _ = futures::future::select_all(tasks).await;
+}
+
+/// Per-object retry back-off after reconcile errors: 5 ms doubling to 1,000 s (client-go's
+/// default controller rate limiter), reset by a success.
+#[derive(Debug, Default)]
+pub struct Failures {
+    counts: Mutex<HashMap<String, u32>>,
+}
+
+impl Failures {
+    /// The delay before retrying `key` after one more failure.
+    pub fn next_delay(&self, key: &str) -> Duration {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(key.to_string()).or_default();
+        *n = n.saturating_add(1);
+        let ms = 5u64.saturating_mul(1u64 << (*n - 1).min(30));
+        Duration::from_millis(ms.min(1_000_000))
+    }
+
+    /// `key` succeeded: its back-off starts over.
+    pub fn reset(&self, key: &str) {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+/// Requeue after `delay`.
+pub fn requeue(delay: Duration) -> Action {
+    Action::requeue(delay)
+}
+
+/// The `namespace/name` key of an object.
+pub fn key_of<K: kube::Resource>(o: &K) -> String {
+    let m = o.meta();
+    match &m.namespace {
+        Some(ns) => format!("{ns}/{}", m.name.as_deref().unwrap_or_default()),
+        None => m.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The controller (owner with `controller: true`) of `child` if it is a `K`, as a reference to
+/// reconcile.
+pub fn controller_ref<K, C>(child: &C) -> Option<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()>,
+    C: kube::Resource,
+{
+    let o = child
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    if o.kind != K::kind(&()) || o.api_version != K::api_version(&()) {
+        return None;
+    }
+    let r = ObjectRef::new(&o.name);
+    Some(match &child.meta().namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_backoff_doubles_from_5ms_to_1000s() {
+        let f = Failures::default();
+        let d: Vec<u128> = (0..5).map(|_| f.next_delay("a").as_millis()).collect();
+        assert_eq!(d, [5, 10, 20, 40, 80]);
+        for _ in 0..40 {
+            f.next_delay("a");
+        }
+        assert_eq!(f.next_delay("a"), Duration::from_secs(1000));
+        f.reset("a");
+        assert_eq!(f.next_delay("a"), Duration::from_millis(5));
+    }
+}
