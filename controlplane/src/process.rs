@@ -1,9 +1,11 @@
-//! Runs `controlplane serve` as a child process on a free loopback port and waits until it
-//! serves (for tests, benchmarks and the VM harness). The process is killed on drop.
+//! Test and benchmark helpers: `controlplane serve`, etcd and hollow nodes as child processes on
+//! free loopback ports (killed on drop), and [`TestCluster`], a control plane with hollow nodes
+//! driven by the real kubectl.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A running `controlplane serve`.
 #[derive(Debug)]
@@ -179,5 +181,135 @@ impl Drop for HollowProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A control plane (`controlplane serve`, scheduler and controllers in process) with hollow
+/// node groups, driven by the real kubectl; everything is killed on drop. For integration tests.
+#[derive(Debug)]
+pub struct TestCluster {
+    pub server: Option<ServerProcess>,
+    pub hollow: Vec<HollowProcess>,
+    pub dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl TestCluster {
+    /// A control plane started from `bin` with `serve_args`, and hollow node groups
+    /// `(prefix, count, extra hollow-nodes arguments)`.
+    pub fn start(bin: &Path, serve_args: &[&str], groups: &[(&str, usize, &[&str])]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = ServerProcess::spawn(bin, dir.path(), serve_args).expect("start controlplane");
+        let mut c = Self {
+            server: Some(server),
+            hollow: Vec::new(),
+            dir,
+            bin: bin.to_path_buf(),
+        };
+        for (prefix, count, extra) in groups {
+            c.add_nodes(prefix, *count, extra);
+        }
+        c
+    }
+
+    /// kubectl and hollow nodes for the data directory `dir` of a server started elsewhere.
+    pub fn adopt(bin: &Path, dir: tempfile::TempDir) -> Self {
+        Self {
+            server: None,
+            hollow: Vec::new(),
+            dir,
+            bin: bin.to_path_buf(),
+        }
+    }
+
+    /// Starts another group of hollow nodes.
+    pub fn add_nodes(&mut self, prefix: &str, count: usize, extra: &[&str]) {
+        let h =
+            HollowProcess::spawn(&self.bin, &self.kubeconfig(), count, prefix, extra).expect("hollow nodes");
+        self.hollow.push(h);
+    }
+
+    /// The admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    /// Runs kubectl (with `stdin`); returns (success, stdout, stderr).
+    pub fn kubectl_result(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut child = Command::new("kubectl")
+            .env("KUBECONFIG", self.kubeconfig())
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kube-cache"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        if let Some(s) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(s.as_bytes())
+                .expect("write stdin");
+        } else {
+            drop(child.stdin.take());
+        }
+        let out = child.wait_with_output().expect("kubectl output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs kubectl and asserts it succeeded; returns stdout.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl_result(args, None);
+        assert!(ok, "kubectl {args:?} failed: {err}");
+        out
+    }
+
+    /// `kubectl apply -f -` of `manifest` (YAML or JSON).
+    pub fn apply(&self, manifest: &str) {
+        let (ok, _, err) = self.kubectl_result(&["apply", "-f", "-"], Some(manifest));
+        assert!(ok, "kubectl apply failed: {err}\n{manifest}");
+    }
+
+    /// `kubectl get <what> -o jsonpath=<path>` (empty on errors).
+    pub fn jsonpath(&self, what: &[&str], path: &str) -> String {
+        let jp = format!("jsonpath={path}");
+        let mut args = vec!["get"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["-o", &jp]);
+        let (_, out, _) = self.kubectl_result(&args, None);
+        out
+    }
+
+    /// Polls `kubectl get <what> -o jsonpath=<path>` until `ok` holds (60 s).
+    pub fn wait_for(&self, what: &[&str], path: &str, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let v = self.jsonpath(what, path);
+            if ok(&v) {
+                return v;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "kubectl get {what:?} {path}: still {v:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The message of a pod's `PodScheduled` condition, once there is one.
+    pub fn unschedulable_message(&self, pod: &str) -> String {
+        self.wait_for(
+            &["pod", pod],
+            "{.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            |m| !m.is_empty(),
+        )
     }
 }

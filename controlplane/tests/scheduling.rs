@@ -1,120 +1,19 @@
 //! The scheduler through `controlplane serve` with hollow nodes and the real kubectl: pods find
 //! nodes by themselves, and what kubectl shows when they cannot is upstream's text.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use controlplane::process::{HollowProcess, ServerProcess};
+use controlplane::process::{ServerProcess, TestCluster};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_controlplane"))
 }
 
-struct Cluster {
-    _server: Option<ServerProcess>,
-    hollow: Vec<HollowProcess>,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    /// A control plane (scheduler in process) and hollow node groups `(prefix, count, extra)`.
-    fn start(groups: &[(&str, usize, &[&str])]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let server = ServerProcess::spawn(bin(), dir.path(), &[]).expect("start controlplane");
-        let mut c = Self {
-            _server: Some(server),
-            hollow: Vec::new(),
-            dir,
-        };
-        for (prefix, count, extra) in groups {
-            c.add_nodes(prefix, *count, extra);
-        }
-        c
-    }
-
-    fn add_nodes(&mut self, prefix: &str, count: usize, extra: &[&str]) {
-        let h = HollowProcess::spawn(bin(), &self.kubeconfig(), count, prefix, extra).expect("hollow nodes");
-        self.hollow.push(h);
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("admin.kubeconfig")
-    }
-
-    fn kubectl_result(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut child = Command::new("kubectl")
-            .env("KUBECONFIG", self.kubeconfig())
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("kube-cache"))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        if let Some(s) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(s.as_bytes())
-                .expect("write stdin");
-        } else {
-            drop(child.stdin.take());
-        }
-        let out = child.wait_with_output().expect("kubectl output");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.kubectl_result(args, None);
-        assert!(ok, "kubectl {args:?} failed: {err}");
-        out
-    }
-
-    fn apply(&self, manifest: &str) {
-        let (ok, _, err) = self.kubectl_result(&["apply", "-f", "-"], Some(manifest));
-        assert!(ok, "kubectl apply failed: {err}\n{manifest}");
-    }
-
-    fn jsonpath(&self, what: &[&str], path: &str) -> String {
-        let jp = format!("jsonpath={path}");
-        let mut args = vec!["get"];
-        args.extend_from_slice(what);
-        args.extend_from_slice(&["-o", &jp]);
-        let (_, out, _) = self.kubectl_result(&args, None);
-        out
-    }
-
-    /// Polls `kubectl get <what> -o jsonpath=<path>` until `ok` holds (60 s).
-    fn wait_for(&self, what: &[&str], path: &str, ok: impl Fn(&str) -> bool) -> String {
-        let t0 = Instant::now();
-        loop {
-            let v = self.jsonpath(what, path);
-            if ok(&v) {
-                return v;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "kubectl get {what:?} {path}: still {v:?}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
-    fn unschedulable_message(&self, pod: &str) -> String {
-        self.wait_for(
-            &["pod", pod],
-            "{.status.conditions[?(@.type==\"PodScheduled\")].message}",
-            |m| !m.is_empty(),
-        )
-    }
+/// A control plane and hollow node groups.
+fn cluster(groups: &[(&str, usize, &[&str])]) -> TestCluster {
+    TestCluster::start(bin(), &[], groups)
 }
 
 fn pod(name: &str, extra_spec: &str) -> String {
@@ -125,7 +24,7 @@ fn pod(name: &str, extra_spec: &str) -> String {
 
 #[test]
 fn kubectl_run_lands_on_a_node_and_runs() {
-    let c = Cluster::start(&[("node", 3, &[])]);
+    let c = cluster(&[("node", 3, &[])]);
     c.kubectl(&["run", "web", "--image=busybox", "--", "sleep", "1d"]);
     let node = c.wait_for(&["pod", "web"], "{.spec.nodeName}", |n| n.starts_with("node-"));
     c.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running");
@@ -147,7 +46,7 @@ fn kubectl_run_lands_on_a_node_and_runs() {
 
 #[test]
 fn failed_scheduling_texts_for_cpu_taints_and_affinity() {
-    let c = Cluster::start(&[
+    let c = cluster(&[
         ("small", 2, &["--cpu", "2"]),
         ("db", 1, &["--taints", "dedicated=db:NoSchedule"]),
     ]);
@@ -199,7 +98,7 @@ fn failed_scheduling_texts_for_cpu_taints_and_affinity() {
 
 #[test]
 fn cordon_and_drain() {
-    let c = Cluster::start(&[("node", 2, &[])]);
+    let c = cluster(&[("node", 2, &[])]);
     c.kubectl(&["run", "a", "--image=busybox"]);
     let first = c.wait_for(&["pod", "a"], "{.spec.nodeName}", |n| !n.is_empty());
     c.wait_for(&["pod", "a"], "{.status.phase}", |p| p == "Running");
@@ -225,7 +124,7 @@ fn cordon_and_drain() {
 
 #[test]
 fn preemption_of_a_lower_priority_pod() {
-    let c = Cluster::start(&[("node", 1, &["--cpu", "2"])]);
+    let c = cluster(&[("node", 1, &["--cpu", "2"])]);
     c.apply(
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: low\nvalue: 100\n---\n\
          apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: high\nvalue: 1000\n",
@@ -281,7 +180,7 @@ fn preemption_of_a_lower_priority_pod() {
 
 #[test]
 fn other_schedulers_gates_and_priority_admission() {
-    let c = Cluster::start(&[("node", 1, &[])]);
+    let c = cluster(&[("node", 1, &[])]);
     c.apply(&pod("elsewhere", "  schedulerName: my-scheduler\n"));
     c.apply(&pod("gated", "  schedulingGates:\n  - name: example.com/wait\n"));
     c.wait_for(
@@ -339,11 +238,7 @@ fn standalone_schedulers_elect_one_leader() {
             .expect("scheduler")
     };
     let mut schedulers = vec![("sched-a", spawn("sched-a")), ("sched-b", spawn("sched-b"))];
-    let mut c = Cluster {
-        _server: None,
-        hollow: Vec::new(),
-        dir,
-    };
+    let mut c = TestCluster::adopt(bin(), dir);
     c.add_nodes("node", 2, &[]);
     let lease = ["lease", "-n", "kube-system", "kube-scheduler"];
     let holder = c.wait_for(&lease, "{.spec.holderIdentity}", |h| h.starts_with("sched-"));
