@@ -49,7 +49,8 @@ async fn past_reads(s: &dyn Store) {
     for i in 0..20 {
         s.write(put(&format!("/r/pods/{i:02}"), "v0")).await.expect("put");
     }
-    let (rev, _hold) = s.hold_revision().await.expect("hold");
+    let rev = s.revision().await.expect("revision");
+    let _hold = s.hold_revision(rev).await.expect("hold");
     let before = s.list("/r/pods/", None, 0).await.expect("list");
     assert_eq!(before.items.len(), 20);
     // Writers change every kind of thing while a paged read at `rev` runs.

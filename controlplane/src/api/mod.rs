@@ -292,7 +292,7 @@ impl Api {
         }
         match (method, t.name.is_some(), t.sub.as_deref()) {
             (Method::GET, false, None) if query.flag("watch") => self.watch(&t, &query, want).await,
-            (Method::GET, false, None) => self.list(&t, &query, want).await.map(|v| json_response(200, &v)),
+            (Method::GET, false, None) => self.list(&t, &query, want).await,
             (Method::GET, true, None | Some("status")) => {
                 self.get(&t, want).await.map(|v| json_response(200, &v))
             }

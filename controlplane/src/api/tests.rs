@@ -987,3 +987,5 @@ fn requests_run_in_one_span_each() {
         "{out}"
     );
 }
+
+mod lists;

@@ -612,25 +612,34 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn hold_revision(&self) -> BoxFuture<'_, Result<(Revision, RevisionHold)>> {
+    fn hold_revision(&self, revision: Revision) -> BoxFuture<'_, Result<RevisionHold>> {
         Box::pin(async move {
-            let rev = {
+            {
                 let mut st = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
-                let rev = st.revision;
-                *st.holds.entry(rev).or_default() += 1;
-                rev
-            };
+                if revision < st.compacted {
+                    return Err(StoreError::Compacted {
+                        requested: revision,
+                        compacted: st.compacted,
+                    });
+                }
+                if revision > st.revision {
+                    return Err(StoreError::FutureRevision {
+                        requested: revision,
+                        current: st.revision,
+                    });
+                }
+                *st.holds.entry(revision).or_default() += 1;
+            }
             let shared = self.shared.clone();
-            let hold = RevisionHold::new(move || {
+            Ok(RevisionHold::new(move || {
                 let mut st = shared.state.write().unwrap_or_else(|p| p.into_inner());
-                if let Some(n) = st.holds.get_mut(&rev) {
+                if let Some(n) = st.holds.get_mut(&revision) {
                     *n -= 1;
                     if *n == 0 {
-                        st.holds.remove(&rev);
+                        st.holds.remove(&revision);
                     }
                 }
-            });
-            Ok((rev, hold))
+            }))
         })
     }
 
@@ -935,7 +944,8 @@ mod tests {
         for i in 0..3 {
             s.write(put(&format!("/k/{i}"), "v0")).await?;
         }
-        let (held, hold) = s.hold_revision().await?;
+        let held = s.revision().await?;
+        let hold = s.hold_revision(held).await?;
         let update = |i: usize, v: &str| Write::Update {
             key: format!("/k/{i}"),
             value: v.as_bytes().to_vec(),
@@ -950,13 +960,22 @@ mod tests {
         let past = s.list_at("/k/", None, 0, held).await?;
         assert!(past.items.iter().all(|kv| kv.value == b"v0"), "{past:?}");
         drop(hold);
+        assert!(matches!(
+            s.hold_revision(held + 100).await,
+            Err(StoreError::FutureRevision { .. })
+        ));
         s.write(update(0, "v4")).await?;
         assert!(matches!(
             s.list_at("/k/", None, 0, held).await,
             Err(StoreError::Compacted { .. })
         ));
+        assert!(matches!(
+            s.hold_revision(held).await,
+            Err(StoreError::Compacted { .. })
+        ));
         // A hold does not keep history beyond the held bounds.
-        let (held, _hold) = s.hold_revision().await?;
+        let held = s.revision().await?;
+        let _hold = s.hold_revision(held).await?;
         for round in 5..=9 {
             for i in 0..3 {
                 s.write(update(i, &format!("v{round}"))).await?;

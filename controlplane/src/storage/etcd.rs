@@ -310,10 +310,10 @@ impl Store for EtcdStore {
         Box::pin(self.range(prefix, start_after, limit, Some(revision)))
     }
 
-    fn hold_revision(&self) -> BoxFuture<'_, Result<(Revision, RevisionHold)>> {
+    fn hold_revision(&self, _revision: Revision) -> BoxFuture<'_, Result<RevisionHold>> {
         // etcd keeps every revision until the cluster is compacted (which the operator or
-        // etcd's auto-compaction decides, as for kube-apiserver).
-        Box::pin(async move { Ok((self.revision().await?, RevisionHold::none())) })
+        // etcd's auto-compaction decides, as for kube-apiserver); reads then fail as compacted.
+        Box::pin(async move { Ok(RevisionHold::none()) })
     }
 
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {

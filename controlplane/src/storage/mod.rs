@@ -176,10 +176,11 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         revision: Revision,
     ) -> BoxFuture<'a, Result<ListPage>>;
-    /// The current revision, held: while the returned [`RevisionHold`] lives, the store keeps
-    /// what [`Store::list_at`] needs to read at that revision (within backend limits: a reader
-    /// that stalls for ever does not make the store keep history for ever).
-    fn hold_revision(&self) -> BoxFuture<'_, Result<(Revision, RevisionHold)>>;
+    /// Holds `revision` (one a read just returned): while the returned [`RevisionHold`] lives,
+    /// the store keeps what [`Store::list_at`] needs to read at it (within backend limits: a
+    /// reader that stalls for ever does not make the store keep history for ever).
+    /// [`StoreError::Compacted`] when it is already gone.
+    fn hold_revision(&self, revision: Revision) -> BoxFuture<'_, Result<RevisionHold>>;
     /// Applies one write durably; the returned event carries the new revision.
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>>;
     /// Events for keys under `prefix` with revision greater than `after`.
