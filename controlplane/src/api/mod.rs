@@ -17,6 +17,7 @@
 mod admission;
 pub mod object;
 pub mod output;
+pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod schema;

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::protobuf;
+use crate::api::protobuf;
 use crate::api::status::ApiError;
 
 /// Largest request body accepted (etcd's default request limit is 1.5 MiB; Secrets max 1 MiB).

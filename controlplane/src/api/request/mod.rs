@@ -3,7 +3,6 @@
 //! Kubernetes protobuf through [`protobuf`]).
 
 pub(crate) mod body;
-pub mod protobuf;
 mod query;
 mod target;
 
