@@ -4,7 +4,7 @@
 //! JSON.
 
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{MAGIC, body_message};
 use crate::api::schema::{Field, Kind, MESSAGES, Special, kind_message};

@@ -5,7 +5,11 @@
 //! reads (`Filter::matches_json`). A list without `limit` that does not fit in one store page
 //! streams page by page, every page read at the first one's revision (held meanwhile with
 //! `Store::hold_revision`), so the server's memory stays bounded by a page whatever the size of
-//! the collection. Tables keep decoding (kubectl asks for them a page at a time).
+//! the collection. Tables keep decoding (kubectl asks for them a page at a time). Protobuf lists
+//! (`Format::Protobuf`) decode each item to encode it; a streamed one is encoded twice, as its
+//! length comes first.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
@@ -16,11 +20,12 @@ use crate::api::Api;
 use crate::api::object::selector::Filter;
 use crate::api::object::stored::{decode, store_err, write_listed};
 use crate::api::object::{b64, unb64};
-use crate::api::output::{Body, full, json_response, table};
+use crate::api::output::{Body, Format, bytes_response, full, json_response, table};
+use crate::api::protobuf::{self, ListEncoder};
 use crate::api::registry::Resource;
 use crate::api::request::{Query, Target, Want};
 use crate::api::status::ApiError;
-use crate::storage::{KeyValue, Revision, Store};
+use crate::storage::{KeyValue, Revision, RevisionHold, Store};
 
 /// Keys read from the store at a time by a list without `limit`.
 pub(crate) const PAGE: usize = 500;
@@ -119,8 +124,14 @@ fn json_body_response(body: impl Into<Bytes>) -> Response<Body> {
 }
 
 impl Api {
-    /// GET of a collection: a List (streamed when it is large) or a Table.
-    pub(crate) async fn list(&self, t: &Target, q: &Query, want: Want) -> Result<Response<Body>, ApiError> {
+    /// GET of a collection: a List (streamed when it is large) or a Table, in `format`.
+    pub(crate) async fn list(
+        &self,
+        t: &Target,
+        q: &Query,
+        want: Want,
+        format: Format,
+    ) -> Result<Response<Body>, ApiError> {
         let filter = filter_of(t.res, q)?;
         let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
         if want == Want::Table {
@@ -135,12 +146,13 @@ impl Api {
             );
             return Ok(json_response(200, &table));
         }
+        let proto = match format {
+            Format::Protobuf => ListEncoder::new(&t.res.api_version(), t.res.kind),
+            Format::Json => None,
+        };
         if limit > 0 {
             let listed = self.list_matching(t, q, &filter, limit).await?;
-            let mut out = list_head(t.res);
-            write_items(&listed.items, &mut true, &mut out)?;
-            list_tail(t.res, listed.revision, listed.next.as_deref(), &mut out);
-            return Ok(json_body_response(out));
+            return whole_list(t.res, &listed, proto.as_ref());
         }
         let (prefix, start) = range_of(t, q)?;
         let mut first = self
@@ -150,38 +162,45 @@ impl Api {
             .map_err(store_err)?;
         let last_key = first.items.last().map(|kv| kv.key.clone());
         retain_matching(&filter, &mut first.items)?;
-        let mut out = list_head(t.res);
-        let mut first_item = true;
-        write_items(&first.items, &mut first_item, &mut out)?;
         if !first.more {
-            list_tail(t.res, first.revision, None, &mut out);
-            return Ok(json_body_response(out));
+            let listed = Listed {
+                items: first.items,
+                revision: first.revision,
+                next: None,
+            };
+            return whole_list(t.res, &listed, proto.as_ref());
         }
+        // The rest streams, every page read at the first one's revision.
         let hold = self
             .store
             .hold_revision(first.revision)
             .await
             .map_err(store_err)?;
-        let (tx, body) = transport::body::channel(STREAM_CHUNKS);
-        let stream = ListStream {
+        let rest = Pages {
             store: self.store.clone(),
-            res: t.res,
             prefix,
             filter,
             revision: first.revision,
+            after: last_key,
+            done: false,
         };
+        if let Some(encoder) = proto {
+            match ProtobufStream::prepare(encoder, &first.items, rest.clone()).await? {
+                Some(stream) => return Ok(stream.start(t.res, hold)),
+                None => tracing::debug!(resource = %t.res.qualified(), "no protobuf form: listing JSON"),
+            }
+        }
+        let (tx, body) = transport::body::channel(STREAM_CHUNKS);
+        let res = t.res;
         tokio::spawn(async move {
             let _hold = hold;
-            if let Err(e) = stream.send_rest(tx, out, first_item, last_key).await {
+            if let Err(e) = send_json_list(res, first.items, rest, &tx).await {
                 // The status line is gone: the client sees a body cut short, which does not
                 // parse, and lists again.
-                tracing::warn!(resource = %stream.res.qualified(), error = %e, "list stream cut short");
+                tracing::warn!(resource = %res.qualified(), error = %e, "list stream cut short");
             }
         });
-        let mut resp = Response::new(body);
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        Ok(resp)
+        Ok(streamed(body, "application/json"))
     }
 
     /// The objects of a collection read that `filter` selects, with `limit` (0: all) and
@@ -240,41 +259,187 @@ impl Api {
     }
 }
 
-/// The pages after the first of a streamed list, all read at the first page's revision.
-struct ListStream {
-    store: std::sync::Arc<dyn Store>,
-    res: &'static Resource,
+/// The pages of a collection after `after`, all read at `revision`, filtered.
+#[derive(Clone)]
+struct Pages {
+    store: Arc<dyn Store>,
     prefix: String,
     filter: Filter,
     revision: Revision,
+    after: Option<String>,
+    done: bool,
 }
 
-impl ListStream {
-    /// Sends `out` (the list so far), then every further page, then the list's end.
-    async fn send_rest(
-        &self,
-        tx: tokio::sync::mpsc::Sender<Bytes>,
-        mut out: Vec<u8>,
-        mut first_item: bool,
-        mut last_key: Option<String>,
-    ) -> Result<(), ApiError> {
-        loop {
-            if tx.send(Bytes::from(std::mem::take(&mut out))).await.is_err() {
-                return Ok(()); // the client left
+impl Pages {
+    /// The next page's matching objects (None after the last page).
+    async fn next(&mut self) -> Result<Option<Vec<KeyValue>>, ApiError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut page = self
+            .store
+            .list_at(&self.prefix, self.after.as_deref(), PAGE, self.revision)
+            .await
+            .map_err(store_err)?;
+        self.after = page.items.last().map(|kv| kv.key.clone());
+        self.done = !page.more;
+        retain_matching(&self.filter, &mut page.items)?;
+        Ok(Some(page.items))
+    }
+}
+
+/// A whole (not streamed) list answer: protobuf with `proto` if every item has a protobuf form,
+/// else JSON.
+fn whole_list(
+    res: &Resource,
+    listed: &Listed,
+    proto: Option<&ListEncoder>,
+) -> Result<Response<Body>, ApiError> {
+    if let Some(encoder) = proto {
+        match encode_items(encoder, &listed.items)? {
+            Ok(items) => {
+                let size = items.iter().map(|i| ListEncoder::item_size(i.len())).sum();
+                let mut out = encoder.head(&listed.revision.to_string(), listed.next.as_deref(), size);
+                for item in &items {
+                    ListEncoder::write_item(item, &mut out);
+                }
+                ListEncoder::tail(&mut out);
+                return Ok(bytes_response(200, out, protobuf::MEDIA_TYPE));
             }
-            let mut page = self
-                .store
-                .list_at(&self.prefix, last_key.as_deref(), PAGE, self.revision)
-                .await
-                .map_err(store_err)?;
-            last_key = page.items.last().map(|kv| kv.key.clone());
-            retain_matching(&self.filter, &mut page.items)?;
-            write_items(&page.items, &mut first_item, &mut out)?;
-            if !page.more {
-                list_tail(self.res, self.revision, None, &mut out);
-                let _ = tx.send(Bytes::from(out)).await;
-                return Ok(());
+            Err(e) => {
+                tracing::debug!(resource = %res.qualified(), error = %e, "no protobuf form: listing JSON")
             }
         }
+    }
+    let mut out = list_head(res);
+    write_items(&listed.items, &mut true, &mut out)?;
+    list_tail(res, listed.revision, listed.next.as_deref(), &mut out);
+    Ok(json_body_response(out))
+}
+
+/// The protobuf messages of stored objects (the inner error: one has no protobuf form).
+fn encode_items(
+    encoder: &ListEncoder,
+    items: &[KeyValue],
+) -> Result<Result<Vec<Vec<u8>>, protobuf::EncodeError>, ApiError> {
+    let mut out = Vec::with_capacity(items.len());
+    for kv in items {
+        match encoder.item(&decode(kv)?) {
+            Ok(m) => out.push(m),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(out))
+}
+
+fn streamed(body: Body, ct: &'static str) -> Response<Body> {
+    let mut resp = Response::new(body);
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    resp
+}
+
+/// Streams a JSON list: the first page's `items`, then the `rest`, each page a chunk.
+async fn send_json_list(
+    res: &Resource,
+    items: Vec<KeyValue>,
+    mut rest: Pages,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) -> Result<(), ApiError> {
+    let mut out = list_head(res);
+    let mut first_item = true;
+    write_items(&items, &mut first_item, &mut out)?;
+    while let Some(page) = rest.next().await? {
+        if tx.send(Bytes::from(std::mem::take(&mut out))).await.is_err() {
+            return Ok(()); // the client left
+        }
+        write_items(&page, &mut first_item, &mut out)?;
+    }
+    list_tail(res, rest.revision, None, &mut out);
+    let _ = tx.send(Bytes::from(out)).await;
+    Ok(())
+}
+
+/// A protobuf list too large for one page. Its length comes first, so every item is encoded
+/// twice: once to add up the sizes (before the answer starts, so that an item without a
+/// protobuf form can still turn the answer into JSON), once to send it.
+struct ProtobufStream {
+    encoder: ListEncoder,
+    first: Vec<Vec<u8>>,
+    rest: Pages,
+    size: usize,
+}
+
+impl ProtobufStream {
+    /// Sizes the list (None: an item has no protobuf form).
+    async fn prepare(
+        encoder: ListEncoder,
+        first: &[KeyValue],
+        rest: Pages,
+    ) -> Result<Option<Self>, ApiError> {
+        let Ok(first) = encode_items(&encoder, first)? else {
+            return Ok(None);
+        };
+        let mut size: usize = first.iter().map(|i| ListEncoder::item_size(i.len())).sum();
+        let mut sizing = rest.clone();
+        while let Some(page) = sizing.next().await? {
+            let Ok(items) = encode_items(&encoder, &page)? else {
+                return Ok(None);
+            };
+            size += items
+                .iter()
+                .map(|i| ListEncoder::item_size(i.len()))
+                .sum::<usize>();
+        }
+        Ok(Some(Self {
+            encoder,
+            first,
+            rest,
+            size,
+        }))
+    }
+
+    /// Starts sending; the answer's body streams from a task that holds `hold`.
+    fn start(self, res: &'static Resource, hold: RevisionHold) -> Response<Body> {
+        let (tx, body) = transport::body::channel(STREAM_CHUNKS);
+        tokio::spawn(async move {
+            let _hold = hold;
+            if let Err(e) = self.send(&tx).await {
+                tracing::warn!(resource = %res.qualified(), error = %e, "list stream cut short");
+            }
+        });
+        streamed(body, protobuf::MEDIA_TYPE)
+    }
+
+    async fn send(mut self, tx: &tokio::sync::mpsc::Sender<Bytes>) -> Result<(), ApiError> {
+        let mut out = self
+            .encoder
+            .head(&self.rest.revision.to_string(), None, self.size);
+        let mut written = 0;
+        for item in &self.first {
+            written += ListEncoder::item_size(item.len());
+            ListEncoder::write_item(item, &mut out);
+        }
+        while let Some(page) = self.rest.next().await? {
+            if tx.send(Bytes::from(std::mem::take(&mut out))).await.is_err() {
+                return Ok(());
+            }
+            let items = encode_items(&self.encoder, &page)?
+                .map_err(|e| ApiError::internal(format!("an item lost its protobuf form: {e}")))?;
+            for item in &items {
+                written += ListEncoder::item_size(item.len());
+                ListEncoder::write_item(item, &mut out);
+            }
+        }
+        if written != self.size {
+            // The same revision read twice gave other bytes: never send a corrupt length.
+            return Err(ApiError::internal(format!(
+                "list size changed between passes ({} then {written} bytes)",
+                self.size
+            )));
+        }
+        ListEncoder::tail(&mut out);
+        let _ = tx.send(Bytes::from(out)).await;
+        Ok(())
     }
 }
