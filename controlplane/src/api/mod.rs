@@ -301,6 +301,17 @@ impl Api {
                 t.res.qualified()
             )));
         }
+        if t.res.is_read_only() {
+            return match (&method, t.sub.as_deref()) {
+                (&Method::GET, None) if !query.flag("watch") => {
+                    self.component_statuses(&t, want).await.map(|v| answer(200, &v))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({method} {})",
+                    t.res.qualified()
+                ))),
+            };
+        }
         match (method, t.name.is_some(), t.sub.as_deref()) {
             (Method::GET, false, None) if query.flag("watch") => self.watch(&t, &query, want, format).await,
             (Method::GET, false, None) => self.list(&t, &query, want, format).await,

@@ -907,3 +907,4 @@ async fn eviction_respects_disruption_budgets() {
 
 mod lists;
 mod protobuf;
+mod resources;

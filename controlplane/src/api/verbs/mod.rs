@@ -6,6 +6,7 @@
 //! key at a revision, field validation, the request's field manager).
 
 mod bind;
+mod components;
 mod create;
 mod delete;
 mod eviction;

@@ -15,7 +15,13 @@ use crate::api::status::ApiError;
 impl Api {
     /// The `Scale` of a workload object.
     pub(crate) fn scale_of(obj: &Value) -> Value {
-        let sel = selector_requirements(&obj["spec"]["selector"]);
+        let selector = &obj["spec"]["selector"];
+        let sel = if obj["kind"] == "ReplicationController" {
+            // A ReplicationController's selector is a plain label map.
+            selector_requirements(&json!({ "matchLabels": selector }))
+        } else {
+            selector_requirements(selector)
+        };
         let selector = sel
             .iter()
             .filter_map(|r| match r {
