@@ -251,3 +251,49 @@ async fn a_streamed_list_is_one_revision_while_writes_go_on() {
     assert_ne!(after["items"], got["items"]);
     assert!(after["metadata"]["resourceVersion"].as_str() > Some(""));
 }
+
+#[tokio::test]
+async fn a_watch_from_now_starts_with_every_object_read_a_page_at_a_time() {
+    let f = fixture().await;
+    let cms = registry::find("", "v1", "configmaps").expect("served");
+    let n = 2 * PAGE + 5;
+    store_all(&f, cms, (0..n).map(|i| config_map("default", i)).collect()).await;
+    let expected = decoding_list(
+        &f,
+        cms,
+        Some("default"),
+        &Query::parse(Some("labelSelector=colour%3Dred")),
+    )
+    .await;
+    let expected: Value = serde_json::from_slice(&expected).expect("JSON");
+    let expected = expected["items"].as_array().expect("items").clone();
+    let req = Request::builder()
+        .uri("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=colour%3Dred&timeoutSeconds=5")
+        .header("accept", "application/json")
+        .body(Bytes::new())
+        .expect("request");
+    let resp = f.api.handle(Some(&admin()), req).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    let mut buf = Vec::new();
+    while lines.len() < expected.len() {
+        let Some(Ok(frame)) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            buf.extend_from_slice(&data);
+        }
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            lines.push(buf.drain(..=pos).collect());
+        }
+    }
+    assert_eq!(lines.len(), expected.len());
+    for (line, want) in lines.iter().zip(&expected) {
+        // Byte for byte what encoding the event as a Value gives.
+        let event = json!({"type": "ADDED", "object": want});
+        let mut encoded = serde_json::to_vec(&event).expect("encode");
+        encoded.push(b'\n');
+        assert!(line == &encoded, "{}", String::from_utf8_lossy(line));
+    }
+}

@@ -491,3 +491,38 @@ async fn scale_takes_and_answers_protobuf() {
     let (_, d) = f.get("/apis/apps/v1/namespaces/default/deployments/d").await;
     assert_eq!(d["spec"]["replicas"], 0);
 }
+
+#[tokio::test]
+async fn a_protobuf_watch_from_now_starts_with_added_frames() {
+    let f = fixture().await;
+    for n in ["a", "b"] {
+        f.post(PODS, pod(n)).await;
+    }
+    let req = Request::builder()
+        .uri(format!("{PODS}?watch=true&timeoutSeconds=2"))
+        .header("accept", CLIENT_GO_ACCEPT)
+        .body(Bytes::new())
+        .expect("request");
+    let resp = f.api.handle(Some(&admin()), req).await;
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let mut rest = &body[..];
+    let mut added = Vec::new();
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let ev = meta::WatchEvent::decode(&rest[4..4 + len]).expect("WatchEvent");
+        rest = &rest[4 + len..];
+        let (_, _, raw) = unwrap(&ev.object.and_then(|o| o.raw).expect("object"));
+        let p = core::Pod::decode(raw.as_slice()).expect("Pod");
+        added.push((
+            ev.r#type.unwrap_or_default(),
+            p.metadata.and_then(|m| m.name).unwrap_or_default(),
+        ));
+    }
+    assert_eq!(
+        added,
+        [
+            ("ADDED".to_string(), "a".to_string()),
+            ("ADDED".to_string(), "b".to_string())
+        ]
+    );
+}

@@ -155,37 +155,20 @@ impl Api {
             return whole_list(t.res, &listed, proto.as_ref());
         }
         let (prefix, start) = range_of(t, q)?;
-        let mut first = self
-            .store
-            .list(&prefix, start.as_deref(), PAGE)
-            .await
-            .map_err(store_err)?;
-        let last_key = first.items.last().map(|kv| kv.key.clone());
-        retain_matching(&filter, &mut first.items)?;
-        if !first.more {
+        let mut snapshot = self.read_snapshot(prefix, start, filter).await?;
+        let first = snapshot.first.take().unwrap_or_default();
+        let Some(rest) = snapshot.rest.take() else {
             let listed = Listed {
-                items: first.items,
-                revision: first.revision,
+                items: first,
+                revision: snapshot.revision,
                 next: None,
             };
             return whole_list(t.res, &listed, proto.as_ref());
-        }
-        // The rest streams, every page read at the first one's revision.
-        let hold = self
-            .store
-            .hold_revision(first.revision)
-            .await
-            .map_err(store_err)?;
-        let rest = Pages {
-            store: self.store.clone(),
-            prefix,
-            filter,
-            revision: first.revision,
-            after: last_key,
-            done: false,
         };
+        // The rest streams, every page read at the first one's revision.
+        let hold = snapshot.hold.take();
         if let Some(encoder) = proto {
-            match ProtobufStream::prepare(encoder, &first.items, rest.clone()).await? {
+            match ProtobufStream::prepare(encoder, &first, rest.clone()).await? {
                 Some(stream) => return Ok(stream.start(t.res, hold)),
                 None => tracing::debug!(resource = %t.res.qualified(), "no protobuf form: listing JSON"),
             }
@@ -194,13 +177,55 @@ impl Api {
         let res = t.res;
         tokio::spawn(async move {
             let _hold = hold;
-            if let Err(e) = send_json_list(res, first.items, rest, &tx).await {
+            if let Err(e) = send_json_list(res, first, rest, &tx).await {
                 // The status line is gone: the client sees a body cut short, which does not
                 // parse, and lists again.
                 tracing::warn!(resource = %res.qualified(), error = %e, "list stream cut short");
             }
         });
         Ok(streamed(body, "application/json"))
+    }
+
+    /// Starts reading the objects under `prefix` after `start` that `filter` selects, a page at
+    /// a time at one revision: the first page at the current revision, the others at the first
+    /// one's, held while they are read.
+    pub(crate) async fn read_snapshot(
+        &self,
+        prefix: String,
+        start: Option<String>,
+        filter: Filter,
+    ) -> Result<Snapshot, ApiError> {
+        let mut first = self
+            .store
+            .list(&prefix, start.as_deref(), PAGE)
+            .await
+            .map_err(store_err)?;
+        let after = first.items.last().map(|kv| kv.key.clone());
+        retain_matching(&filter, &mut first.items)?;
+        let (rest, hold) = if first.more {
+            let hold = self
+                .store
+                .hold_revision(first.revision)
+                .await
+                .map_err(store_err)?;
+            let rest = Pages {
+                store: self.store.clone(),
+                prefix,
+                filter,
+                revision: first.revision,
+                after,
+                done: false,
+            };
+            (Some(rest), Some(hold))
+        } else {
+            (None, None)
+        };
+        Ok(Snapshot {
+            revision: first.revision,
+            first: Some(first.items),
+            rest,
+            hold,
+        })
     }
 
     /// The objects of a collection read that `filter` selects, with `limit` (0: all) and
@@ -256,6 +281,28 @@ impl Api {
             "kind": format!("{}List", t.res.kind), "apiVersion": t.res.api_version(),
             "metadata": meta, "items": items,
         }))
+    }
+}
+
+/// A collection read a page at a time at one revision ([`Api::read_snapshot`]).
+pub(crate) struct Snapshot {
+    pub(crate) revision: Revision,
+    first: Option<Vec<KeyValue>>,
+    rest: Option<Pages>,
+    hold: Option<RevisionHold>,
+}
+
+impl Snapshot {
+    /// The matching objects of the next page (None after the last); the revision is released
+    /// with the snapshot.
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<KeyValue>>, ApiError> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        match &mut self.rest {
+            Some(rest) => rest.next().await,
+            None => Ok(None),
+        }
     }
 }
 
@@ -400,7 +447,7 @@ impl ProtobufStream {
     }
 
     /// Starts sending; the answer's body streams from a task that holds `hold`.
-    fn start(self, res: &'static Resource, hold: RevisionHold) -> Response<Body> {
+    fn start(self, res: &'static Resource, hold: Option<RevisionHold>) -> Response<Body> {
         let (tx, body) = transport::body::channel(STREAM_CHUNKS);
         tokio::spawn(async move {
             let _hold = hold;

@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 
 use super::filter_of;
 use crate::api::Api;
-use crate::api::object::stored::{decode, store_err};
+use crate::api::object::stored::{decode, write_listed};
 use crate::api::output::{Body, Format, table};
 use crate::api::protobuf::{self, watch_frame_of};
 use crate::api::request::{Query, Target, Want};
 use crate::api::schema::kind_message;
 use crate::api::status::ApiError;
-use crate::storage::{EventKind, StoreError};
+use crate::storage::{EventKind, KeyValue, StoreError};
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
@@ -143,6 +143,29 @@ impl WatchCache {
     }
 }
 
+/// The ADDED events of a page of stored objects, in one chunk. JSON objects go out as stored,
+/// their resourceVersion spliced in, in the field order encoding the event as a `Value` gives.
+fn added_events(
+    page: &[KeyValue],
+    want: Want,
+    framing: Framing,
+    render: &impl Fn(&Value, &str) -> Value,
+) -> Result<Bytes, ApiError> {
+    let mut out = Vec::new();
+    for kv in page {
+        if (want, framing) == (Want::Object, Framing::Json) {
+            out.extend_from_slice(b"{\"object\":");
+            write_listed(kv, &mut out)?;
+            out.extend_from_slice(b",\"type\":\"ADDED\"}\n");
+        } else {
+            let obj = decode(kv)?;
+            let rev = kv.mod_revision.to_string();
+            out.extend_from_slice(&framing.event("ADDED", &render(&obj, &rev)));
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
 impl Api {
     pub(crate) async fn watch(
         &self,
@@ -179,22 +202,16 @@ impl Api {
                 Want::Object => obj.clone(),
             }
         };
-        // Starting point: unset or "0" means "now", preceded by ADDED for every existing object.
+        // Starting point: unset or "0" means "now", preceded by ADDED for every existing object
+        // (read as a list is: a page at a time at one revision, stored bytes spliced).
         let (start, initial) = if rv.is_empty() || rv == "0" {
-            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
-            let mut objs = Vec::new();
-            for kv in &page.items {
-                let o = decode(kv)?;
-                if filter.matches(&o) {
-                    objs.push(o);
-                }
-            }
-            (page.revision, objs)
+            let snapshot = self.read_snapshot(prefix.clone(), None, filter.clone()).await?;
+            (snapshot.revision, Some(snapshot))
         } else {
             let r = rv
                 .parse::<i64>()
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
-            (r, Vec::new())
+            (r, None)
         };
         let watch = self.store.watch(&prefix, start).await;
         let store = self.store.clone();
@@ -213,13 +230,26 @@ impl Api {
                     return;
                 }
             };
-            for o in &initial {
-                let rev = o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if tx.send(framing.event("ADDED", &render(o, &rev))).await.is_err() {
-                    return;
+            if let Some(mut snapshot) = initial {
+                loop {
+                    let page = match snapshot.next_page().await {
+                        Ok(Some(page)) => page,
+                        Ok(None) => break,
+                        Err(e) => {
+                            let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
+                            return;
+                        }
+                    };
+                    let chunk = match added_events(&page, want, framing, &render) {
+                        Ok(chunk) => chunk,
+                        Err(e) => {
+                            let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
+                            return;
+                        }
+                    };
+                    if !chunk.is_empty() && tx.send(chunk).await.is_err() {
+                        return;
+                    }
                 }
             }
             let deadline = tokio::time::Instant::now() + timeout;
