@@ -66,7 +66,12 @@ fn rss_kib(pid: u32) -> u64 {
 struct Target {
     base: String,
     client: HttpClient<Full<Bytes>>,
+    /// The `Accept` header of every request.
+    accept: &'static str,
 }
+
+/// What client-go sends with the protobuf content type.
+const PROTOBUF_ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 impl Target {
     fn new(addr: &str, pki: &Path) -> Result<Self> {
@@ -76,7 +81,16 @@ impl Target {
         Ok(Self {
             base: format!("https://{addr}"),
             client: transport::client::http_client(Some(Arc::new(tls)))?,
+            accept: "application/json",
         })
+    }
+
+    /// The same server, asked for protobuf answers.
+    fn protobuf(&self) -> Self {
+        Self {
+            accept: PROTOBUF_ACCEPT,
+            ..self.clone()
+        }
     }
 
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<hyper::Request<Full<Bytes>>> {
@@ -84,7 +98,7 @@ impl Target {
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json")
-            .header("accept", "application/json")
+            .header("accept", self.accept)
             .body(Full::new(
                 body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
             ))?)
@@ -167,6 +181,7 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
     let target = Target {
         base: etcd.endpoint.trim_end_matches('/').to_string(),
         client: transport::client::http_client(None)?,
+        accept: "application/json",
     };
     let t0 = Instant::now();
     loop {
@@ -376,12 +391,26 @@ async fn full_list(server_bin: &Path, dir: &Path, template: &Value, n: usize) ->
     }
     let after = rss_kib(pid);
     runs.sort_by(|a, b| a.total_cmp(b));
+    // Once in protobuf (its length comes first: every item is encoded twice).
+    let proto = target.protobuf();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_peak_rss(pid, done.clone());
+    let t = Instant::now();
+    let (code, body) = proto.call("GET", "/api/v1/namespaces/full/pods", None).await?;
+    let proto_s = t.elapsed().as_secs_f64();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let proto_peak = sampler.join().map_err(|_| anyhow::anyhow!("RSS sampler panicked"))?;
+    if code != 200 || !body.starts_with(b"k8s\0") {
+        bail!("protobuf full list: HTTP {code}, {} bytes", body.len());
+    }
     Ok(json!({
         "pods": n,
         "response_bytes": bytes,
         "seconds": runs.iter().map(|s| (s * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
         "median_s": (runs[runs.len() / 2] * 1000.0).round() / 1000.0,
         "rss_kib": { "before": before, "peak_during": peak, "after": after },
+        "protobuf": { "seconds": (proto_s * 1000.0).round() / 1000.0, "response_bytes": body.len(),
+                      "rss_kib_peak_during": proto_peak },
     }))
 }
 
@@ -425,6 +454,11 @@ fn main() -> Result<()> {
         .await?;
         eprintln!("api-bench: API lists (limit=100)");
         let lists = load(&target, 50, |_, _| ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)).await?;
+        eprintln!("api-bench: API lists (limit=100, protobuf)");
+        let proto_lists = load(&target.protobuf(), 50, |_, _| {
+            ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)
+        })
+        .await?;
         eprintln!("api-bench: watch delivery (1000 watchers)");
         let watch = watch_latency(&target, 1000, 20).await?;
         // Fill up to `pods` pods for the RSS figure.
@@ -450,6 +484,7 @@ fn main() -> Result<()> {
             "api_create_pods": creates,
             "api_get_pods": gets,
             "api_list_pods_limit_100": lists,
+            "api_list_pods_limit_100_protobuf": proto_lists,
             "api_full_list": full,
             "watch_delivery": watch,
             "rss_kib": { "idle": idle_rss, "with_pods": loaded_rss, "pods_stored": stored },
