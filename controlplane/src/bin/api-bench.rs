@@ -399,7 +399,9 @@ async fn full_list(server_bin: &Path, dir: &Path, template: &Value, n: usize) ->
     let (code, body) = proto.call("GET", "/api/v1/namespaces/full/pods", None).await?;
     let proto_s = t.elapsed().as_secs_f64();
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let proto_peak = sampler.join().map_err(|_| anyhow::anyhow!("RSS sampler panicked"))?;
+    let proto_peak = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("RSS sampler panicked"))?;
     if code != 200 || !body.starts_with(b"k8s\0") {
         bail!("protobuf full list: HTTP {code}, {} bytes", body.len());
     }

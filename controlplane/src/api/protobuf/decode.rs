@@ -182,17 +182,39 @@ fn message(idx: usize, data: &[u8], depth: usize) -> Result<Value, DecodeError> 
             continue;
         }
         let v = scalar(msg, field, &field.kind, &mut r, wire, depth)?;
+        let merges = matches!(field.kind, Kind::Msg(i) if MESSAGES[i].special.is_none());
         if field.json.is_empty() {
             // Embedded Go struct: its fields are the parent's.
-            if let Value::Object(mut m) = v {
-                out.append(&mut m);
+            if let Value::Object(m) = v {
+                for (k, v) in m {
+                    merge_field(&mut out, k, v);
+                }
             }
+        } else if merges {
+            merge_field(&mut out, field.json.to_string(), v);
         } else {
             out.insert(field.json.to_string(), v);
         }
     }
     out.retain(|k, v| !omitted(k, v));
     Ok(Value::Object(out))
+}
+
+/// Sets a message field seen again the protobuf way: a message merges into the one before
+/// (its fields set again replace, its lists grow), where a scalar would replace it. Encoders
+/// may split a message so (the list encoder sends `metadata.resourceVersion` apart).
+fn merge_field(out: &mut Map<String, Value>, key: String, v: Value) {
+    match (out.get_mut(&key), v) {
+        (Some(Value::Object(old)), Value::Object(new)) => {
+            for (k, v) in new {
+                merge_field(old, k, v);
+            }
+        }
+        (Some(Value::Array(old)), Value::Array(new)) => old.extend(new),
+        (_, v) => {
+            out.insert(key, v);
+        }
+    }
 }
 
 /// Whether Go's JSON encoder would leave this (non-list) field out.

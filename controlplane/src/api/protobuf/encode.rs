@@ -85,7 +85,7 @@ fn encode_with(obj: &Value, mode: Mode) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// `k8s\0`, then a `runtime.Unknown` up to its `raw` bytes (`raw_len` of them follow).
-fn envelope_head(api_version: &str, kind: &str, raw_len: usize, out: &mut Vec<u8>) {
+pub(super) fn envelope_head(api_version: &str, kind: &str, raw_len: usize, out: &mut Vec<u8>) {
     out.extend_from_slice(MAGIC);
     let mut type_meta = Vec::with_capacity(api_version.len() + kind.len() + 4);
     put_str(&mut type_meta, 1, api_version);
@@ -97,7 +97,7 @@ fn envelope_head(api_version: &str, kind: &str, raw_len: usize, out: &mut Vec<u8
 
 /// The rest of a `runtime.Unknown` after its `raw`: `contentEncoding` and `contentType`, empty
 /// (Go writes them, as every non-pointer field).
-fn envelope_tail(out: &mut Vec<u8>) {
+pub(super) fn envelope_tail(out: &mut Vec<u8>) {
     put_str(out, 3, "");
     put_str(out, 4, "");
 }
@@ -123,11 +123,18 @@ impl ListEncoder {
         })
     }
 
-    /// An item's message (no envelope: the list's `items` are bare messages).
+    /// An item's message (no envelope: the list's `items` are bare messages) from its `Value`
+    /// (lists transcode stored JSON: [`Self::item_stored`]; this is their reference).
+    #[cfg(test)]
     pub(crate) fn item(&self, obj: &Value) -> Result<Vec<u8>, EncodeError> {
         let mut out = Vec::with_capacity(512);
         Encoder { mode: Mode::Strict }.message(self.item_message, obj, &mut out, Keys::Top, 0)?;
         Ok(out)
+    }
+
+    /// An item's message from its stored JSON (no `Value` built), with `resource_version` set.
+    pub(crate) fn item_stored(&self, json: &[u8], resource_version: &str) -> Result<Vec<u8>, EncodeError> {
+        super::transcode::transcode(json, self.item_message, Some(resource_version))
     }
 
     /// The bytes an item message of `len` bytes takes in the list.
@@ -371,7 +378,7 @@ fn owns(idx: usize, key: &str, depth: usize) -> bool {
 }
 
 /// The content of a message with a JSON form of its own.
-fn special_value(special: Special, v: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+pub(super) fn special_value(special: Special, v: &Value, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     match special {
         Special::Time | Special::MicroTime => {
             let Value::String(s) = v else {
@@ -421,11 +428,11 @@ fn special_value(special: Special, v: &Value, out: &mut Vec<u8>) -> Result<(), E
     Ok(())
 }
 
-fn varint_len(v: u64) -> usize {
+pub(super) fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -433,17 +440,17 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn put_key(out: &mut Vec<u8>, tag: u32, wire: u8) {
+pub(super) fn put_key(out: &mut Vec<u8>, tag: u32, wire: u8) {
     put_varint(out, (u64::from(tag) << 3) | u64::from(wire));
 }
 
-fn put_bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
+pub(super) fn put_bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
     put_key(out, tag, 2);
     put_varint(out, b.len() as u64);
     out.extend_from_slice(b);
 }
 
-fn put_str(out: &mut Vec<u8>, tag: u32, s: &str) {
+pub(super) fn put_str(out: &mut Vec<u8>, tag: u32, s: &str) {
     put_bytes(out, tag, s.as_bytes());
 }
 

@@ -16,7 +16,8 @@
 //! `automountServiceAccountToken: false`). Messages are kept even when empty (`emptyDir: {}` is
 //! a setting; Go writes `{}` for empty structs too). Lists and map values are kept as they are.
 //! The encoder writes what the JSON form holds (a field JSON leaves out is a zero value to a Go
-//! decoder), in field-number order, map entries sorted by key, as Go does.
+//! decoder), in field-number order, map entries sorted by key, as Go does. List items are
+//! transcoded from their stored JSON in one pass instead (`transcode`: no `Value` built).
 //!
 //! Watch streams (`;stream=watch`) are frames of a 4-byte big-endian length and a
 //! `metav1.WatchEvent` message (no magic, no `Unknown`: upstream's raw stream serializer), whose
@@ -24,6 +25,7 @@
 
 mod decode;
 mod encode;
+mod transcode;
 
 pub use decode::{DecodeError, decode};
 pub use encode::{EncodeError, encode};

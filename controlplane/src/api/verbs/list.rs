@@ -371,7 +371,7 @@ fn encode_items(
 ) -> Result<Result<Vec<Vec<u8>>, protobuf::EncodeError>, ApiError> {
     let mut out = Vec::with_capacity(items.len());
     for kv in items {
-        match encoder.item(&decode(kv)?) {
+        match encoder.item_stored(&kv.value, &kv.mod_revision.to_string()) {
             Ok(m) => out.push(m),
             Err(e) => return Ok(Err(e)),
         }
