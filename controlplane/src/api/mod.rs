@@ -9,8 +9,9 @@
 //! - `verbs/` (get, list, create, update, patch, server-side apply, delete, eviction, tokens,
 //!   watch) and `streams/` (logs and exec through the node agents): the `impl Api` blocks, which
 //!   take only [`Api`] itself from this module;
-//! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies, the
-//!   protobuf decoder), `output/` (responses, warnings, tables, discovery, OpenAPI);
+//! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies),
+//!   `protobuf/` (the Kubernetes protobuf codec: bodies in, answers out), `output/` (responses in
+//!   the asked format, warnings, tables, discovery, OpenAPI);
 //! - `object/` (names, selectors, the stored form), `schema/` (the type table), `registry`
 //!   (served resources) and `status` (`ApiError`).
 
