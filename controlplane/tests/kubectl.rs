@@ -475,11 +475,16 @@ fn informer_resources() {
         rcs.contains("web    3") && rcs.contains("nginx:1.26") && rcs.contains("app=web"),
         "{rcs}"
     );
-    let cs = s.ok(&["get", "componentstatuses"]);
+    let (ok, cs, err) = s.kubectl(&["get", "componentstatuses"]);
     assert!(
-        cs.lines()
+        ok && cs
+            .lines()
             .any(|l| l.starts_with("etcd-0") && l.contains("Healthy")),
-        "{cs}"
+        "{cs}{err}"
+    );
+    assert!(
+        err.contains("Warning: v1 ComponentStatus is deprecated in v1.19+"),
+        "{err}"
     );
     for r in [
         "podtemplates",

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::api::output::table;
+use crate::api::output::{table, warnings};
 use crate::api::request::{Target, Want};
 use crate::api::status::ApiError;
 
@@ -15,6 +15,7 @@ const STORE: &str = "etcd-0";
 impl Api {
     /// GET of componentstatuses or of one of them.
     pub(crate) async fn component_statuses(&self, t: &Target, want: Want) -> Result<Value, ApiError> {
+        warnings::warn("v1 ComponentStatus is deprecated in v1.19+".into());
         let store = match self.store.revision().await {
             Ok(_) => json!({"type": "Healthy", "status": "True", "message": "ok"}),
             Err(e) => json!({"type": "Healthy", "status": "False", "error": e.to_string()}),
