@@ -420,6 +420,91 @@ fn scale_set_image_patch_cordon() {
     );
 }
 
+/// The resources upstream's scheduler and controller manager list and watch: `kubectl
+/// api-resources` lists them, `kubectl get` shows them (with upstream's columns where kubectl
+/// users look at them), a ReplicationController scales, componentstatuses reads.
+#[test]
+fn informer_resources() {
+    let s = start();
+    let names = s.ok(&["api-resources", "-o", "name"]);
+    for r in [
+        "replicationcontrollers",
+        "podtemplates",
+        "componentstatuses",
+        "storageclasses.storage.k8s.io",
+        "csidrivers.storage.k8s.io",
+        "csinodes.storage.k8s.io",
+        "csistoragecapacities.storage.k8s.io",
+        "volumeattachments.storage.k8s.io",
+        "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+        "validatingwebhookconfigurations.admissionregistration.k8s.io",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+    ] {
+        assert!(names.lines().any(|l| l == r), "{r} missing:\n{names}");
+    }
+    let storage_class = r#"{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fast",
+        "annotations":{"storageclass.kubernetes.io/is-default-class":"true"}},"provisioner":"example.com/fast",
+        "volumeBindingMode":"WaitForFirstConsumer"}"#;
+    assert!(
+        s.apply(&["apply", "-f", "-"], storage_class)
+            .contains("storageclass.storage.k8s.io/fast created")
+    );
+    let sc = s.ok(&["get", "sc"]);
+    assert!(
+        sc.lines().any(|l| l.starts_with("fast (default)")
+            && l.contains("example.com/fast")
+            && l.contains("Delete")
+            && l.contains("WaitForFirstConsumer")),
+        "{sc}"
+    );
+    let rc = r#"{"apiVersion":"v1","kind":"ReplicationController","metadata":{"name":"web"},
+        "spec":{"replicas":1,"template":{"metadata":{"labels":{"app":"web"}},
+        "spec":{"containers":[{"name":"nginx","image":"nginx:1.26"}]}}}}"#;
+    assert!(
+        s.apply(&["apply", "-f", "-"], rc)
+            .contains("replicationcontroller/web created")
+    );
+    assert!(
+        s.ok(&["scale", "rc", "web", "--replicas=3"])
+            .contains("replicationcontroller/web scaled")
+    );
+    let rcs = s.ok(&["get", "rc", "-o", "wide"]);
+    assert!(rcs.starts_with("NAME   DESIRED   CURRENT   READY"), "{rcs}");
+    assert!(
+        rcs.contains("web    3") && rcs.contains("nginx:1.26") && rcs.contains("app=web"),
+        "{rcs}"
+    );
+    let (ok, cs, err) = s.kubectl(&["get", "componentstatuses"]);
+    assert!(
+        ok && cs
+            .lines()
+            .any(|l| l.starts_with("etcd-0") && l.contains("Healthy")),
+        "{cs}{err}"
+    );
+    assert!(
+        err.contains("Warning: v1 ComponentStatus is deprecated in v1.19+"),
+        "{err}"
+    );
+    for r in [
+        "podtemplates",
+        "csidrivers",
+        "csinodes",
+        "csistoragecapacities",
+        "volumeattachments",
+        "validatingadmissionpolicies",
+        "mutatingwebhookconfigurations",
+    ] {
+        let (ok, out, err) = s.kubectl(&["get", r]);
+        assert!(
+            ok && err.contains("No resources found"),
+            "kubectl get {r}: {out}{err}"
+        );
+    }
+    let (ok, _, err) = s.kubectl(&["delete", "cs", "etcd-0"]);
+    assert!(!ok && err.contains("does not allow this method"), "{err}");
+}
+
 /// `kubectl create <generator>` sends protobuf bodies (kubectl 1.32): each object arrives with
 /// the fields the generator set, nothing Go's zero values would add, and the server's defaults.
 #[test]

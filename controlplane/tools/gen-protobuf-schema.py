@@ -38,6 +38,7 @@ SERVED = {
     "certificates.k8s.io/v1",
     "authentication.k8s.io/v1",
     "storage.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
 }
 
 # Request bodies of subresources: (apiVersion, kind, message).
@@ -45,6 +46,16 @@ EXTRA_KINDS = [
     ("authentication.k8s.io/v1", "TokenRequest", "k8s.io.api.authentication.v1.TokenRequest"),
     ("policy/v1", "Eviction", "k8s.io.api.policy.v1.Eviction"),
     ("v1", "Binding", "k8s.io.api.core.v1.Binding"),
+    ("autoscaling/v1", "Scale", "k8s.io.api.autoscaling.v1.Scale"),
+]
+
+# metav1 messages the server encodes or decodes directly, whatever the request's group version:
+# DeleteOptions bodies, Status answers, the ListMeta of lists and the frames of watch streams.
+META_MESSAGES = [
+    "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.Status",
+    "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent",
 ]
 
 # Messages with a JSON form of their own (see `Special` in schema/mod.rs); their fields are not walked.
@@ -209,7 +220,7 @@ def main():
 
     # Messages reachable from the served kinds (plus metav1 types the server decodes directly).
     wanted, queue = set(), [m for _, _, m in top]
-    queue += ["k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions", "k8s.io.api.policy.v1.Eviction"]
+    queue += META_MESSAGES + ["k8s.io.api.policy.v1.Eviction"]
     fields_of = {}
     while queue:
         name = queue.pop()
@@ -240,7 +251,12 @@ def main():
                 queue.append(ref)
                 kind = ("Msg", ref)
                 # A Go embedded struct (`json:",inline"`): its fields belong to the parent object.
-                if norm(field) == norm(struct) and norm(field) not in per_struct.get(msg["struct"].lower(), {}):
+                # Its protobuf name is the struct's (`volumeSource`) or another one (Probe's
+                # `handler` is a ProbeHandler): then the parent's JSON fields include all of its.
+                own = per_struct.get(msg["struct"].lower(), {})
+                inner = [norm(f) for f, _, _, _ in messages[ref]["fields"]]
+                inlined = norm(field) == norm(struct) or (own and inner and all(f in own for f in inner))
+                if inlined and norm(field) not in own:
                     out.append((tag, "", kind, repeated, markers(docs)))
                     continue
             elif scalar in SCALARS:

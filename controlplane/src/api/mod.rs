@@ -9,14 +9,16 @@
 //! - `verbs/` (get, list, create, update, patch, server-side apply, delete, eviction, tokens,
 //!   watch) and `streams/` (logs and exec through the node agents): the `impl Api` blocks, which
 //!   take only [`Api`] itself from this module;
-//! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies, the
-//!   protobuf decoder), `output/` (responses, warnings, tables, discovery, OpenAPI);
+//! - `admission/` (defaults, validation, CSR signing), `request/` (target, query, bodies),
+//!   `protobuf/` (the Kubernetes protobuf codec: bodies in, answers out), `output/` (responses in
+//!   the asked format, warnings, tables, discovery, OpenAPI);
 //! - `object/` (names, selectors, the stored form), `schema/` (the type table), `registry`
 //!   (served resources) and `status` (`ApiError`).
 
 mod admission;
 pub mod object;
 pub mod output;
+pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod schema;
@@ -30,18 +32,19 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, header};
-use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::{Empty, display};
 
-pub use output::{Body, error_response, full};
+pub use output::{Body, Format, error_response, error_response_as, full};
 pub use request::Caller;
 pub use request::body::{MAX_BODY, collect_body};
 
 use crate::storage::Store;
 use object::stored::store_err;
-use output::{discovery, json_bytes_response, json_response, openapi, text_response, warnings};
-use request::body::{parse_json_body, parse_object_body};
+use output::{
+    discovery, json_bytes_response, json_response, object_response, openapi, text_response, warnings,
+};
+use request::body::{parse_delete_options, parse_object_body};
 use request::{Query, Target, Want, parse_target};
 use status::ApiError;
 
@@ -180,6 +183,12 @@ impl Api {
     ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let format = Format::from_accept(
+            req.headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default(),
+        );
         let query = Query::parse(req.uri().query());
         // Resource paths are parsed before authentication only to name them on the span.
         let target = match segs.as_slice() {
@@ -202,7 +211,7 @@ impl Api {
             return text_response(200, "ok");
         }
         if caller.is_none() {
-            return error_response(&ApiError::unauthorized());
+            return error_response_as(&ApiError::unauthorized(), format);
         }
         let result = match (req.method().clone(), segs.as_slice()) {
             (Method::GET, ["version"]) => Ok(json_response(200, &discovery::version())),
@@ -225,7 +234,8 @@ impl Api {
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.
-                    let (result, raised) = warnings::collect(self.dispatch(req, t, query, caller)).await;
+                    let (result, raised) =
+                        warnings::collect(self.dispatch(req, t, query, caller, format)).await;
                     result.map(|mut resp| {
                         warnings::attach(&mut resp, raised);
                         resp
@@ -235,7 +245,7 @@ impl Api {
             },
             _ => Err(ApiError::not_found_path(&path)),
         };
-        result.unwrap_or_else(|e| error_response(&e))
+        result.unwrap_or_else(|e| error_response_as(&e, format))
     }
 
     fn discovery_root(&self, req: &Request<Bytes>, core: bool) -> Response<Body> {
@@ -264,8 +274,10 @@ impl Api {
         t: Target,
         query: Query,
         caller: Option<&Caller>,
+        format: Format,
     ) -> Result<Response<Body>, ApiError> {
         let want = Want::of(&req);
+        let answer = |code: u16, v: &serde_json::Value| object_response(code, v, format);
         let method = req.method().clone();
         let explicit_manager = query.field_manager().is_some();
         let mut query = query;
@@ -290,40 +302,55 @@ impl Api {
                 t.res.qualified()
             )));
         }
+        if t.res.is_read_only() {
+            return match (&method, t.sub.as_deref()) {
+                (&Method::GET, None) if !query.flag("watch") => {
+                    self.component_statuses(&t, want).await.map(|v| answer(200, &v))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({method} {})",
+                    t.res.qualified()
+                ))),
+            };
+        }
         match (method, t.name.is_some(), t.sub.as_deref()) {
-            (Method::GET, false, None) if query.flag("watch") => self.watch(&t, &query, want).await,
-            (Method::GET, false, None) => self.list(&t, &query, want).await.map(|v| json_response(200, &v)),
-            (Method::GET, true, None | Some("status")) => {
-                self.get(&t, want).await.map(|v| json_response(200, &v))
-            }
-            (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| json_response(200, &v)),
+            (Method::GET, false, None) if query.flag("watch") => self.watch(&t, &query, want, format).await,
+            (Method::GET, false, None) => self.list(&t, &query, want, format).await,
+            (Method::GET, true, None | Some("status")) => self.get(&t, want).await.map(|v| answer(200, &v)),
+            (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
                 self.pod_log(&t, &query, caller).await
             }
             (Method::POST, false, None) => {
                 let obj = parse_object_body(&ct, &body)?;
                 let (code, v) = self.create(&t, obj, &query, caller).await?;
-                Ok(json_response(code, &v))
+                Ok(answer(code, &v))
             }
             (Method::POST, true, Some("token"))
                 if t.res.plural == "serviceaccounts" && t.res.group.is_empty() =>
             {
                 let body = parse_object_body(&ct, &body)?;
-                self.token_request(&t, body).await.map(|v| json_response(201, &v))
+                self.token_request(&t, body).await.map(|v| answer(201, &v))
             }
-            (Method::POST, true, Some("eviction")) => self.evict(&t).await.map(|v| json_response(201, &v)),
+            (Method::POST, true, Some("eviction")) => {
+                // The body (an Eviction with DeleteOptions) must decode; its options are not used.
+                if !body.is_empty() {
+                    parse_delete_options(&ct, &body)?;
+                }
+                self.evict(&t).await.map(|v| answer(201, &v))
+            }
             (Method::POST, true, Some("binding")) => {
                 let obj = parse_object_body(&ct, &body)?;
-                self.bind(&t, obj).await.map(|v| json_response(201, &v))
+                self.bind(&t, obj).await.map(|v| answer(201, &v))
             }
             (Method::PUT, true, None | Some("status") | Some("finalize")) => {
                 let obj = parse_object_body(&ct, &body)?;
-                self.update(&t, obj, &query).await.map(|v| json_response(200, &v))
+                self.update(&t, obj, &query).await.map(|v| answer(200, &v))
             }
             (Method::PUT | Method::PATCH, true, Some("scale")) => self
                 .patch_scale(&t, &ct, &body, &query)
                 .await
-                .map(|v| json_response(200, &v)),
+                .map(|v| answer(200, &v)),
             (Method::PATCH, true, None | Some("status")) => {
                 if ct.starts_with("application/apply-patch") && !explicit_manager {
                     return Err(ApiError {
@@ -334,27 +361,17 @@ impl Api {
                     });
                 }
                 let (code, v) = self.patch(&t, &ct, &body, &query).await?;
-                Ok(json_response(code, &v))
+                Ok(answer(code, &v))
             }
             (Method::DELETE, true, None) => {
-                let opts = if body.is_empty() {
-                    Value::Null
-                } else {
-                    parse_json_body("application/json", &body)?
-                };
-                self.delete(&t, &opts, &query)
-                    .await
-                    .map(|v| json_response(200, &v))
+                let opts = parse_delete_options(&ct, &body)?;
+                self.delete(&t, &opts, &query).await.map(|v| answer(200, &v))
             }
             (Method::DELETE, false, None) => {
-                let opts = if body.is_empty() {
-                    Value::Null
-                } else {
-                    parse_json_body("application/json", &body)?
-                };
+                let opts = parse_delete_options(&ct, &body)?;
                 self.delete_collection(&t, &opts, &query)
                     .await
-                    .map(|v| json_response(200, &v))
+                    .map(|v| answer(200, &v))
             }
             (m, _, sub) => Err(ApiError::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({m} {}{})",

@@ -16,7 +16,24 @@ pub struct Resource {
     pub categories: &'static [&'static str],
     /// Subresources: (name, response group, response version, response kind, verbs).
     pub subresources: &'static [Subresource],
+    /// The verbs the resource serves ([`VERBS`], or [`READ_ONLY`]).
+    pub verbs: &'static [&'static str],
 }
+
+/// The verbs of a stored resource.
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The verbs of a computed, read-only resource (componentstatuses).
+pub const READ_ONLY: &[&str] = &["get", "list"];
 
 /// A subresource as discovery shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +86,11 @@ impl Resource {
     pub fn has_subresource(&self, name: &str) -> bool {
         self.subresources.iter().any(|s| s.name == name)
     }
+
+    /// Whether the resource is computed rather than stored (only read: [`READ_ONLY`]).
+    pub fn is_read_only(&self) -> bool {
+        self.verbs == READ_ONLY
+    }
 }
 
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
@@ -105,6 +127,7 @@ macro_rules! res {
             short_names: $short,
             categories: $cat,
             subresources: $sub,
+            verbs: VERBS,
         }
     };
 }
@@ -287,6 +310,42 @@ pub static RESOURCES: &[Resource] = &[
         NONE,
         &[status("", "v1", "PersistentVolume")]
     ),
+    res!(
+        "",
+        "v1",
+        "replicationcontrollers",
+        "replicationcontroller",
+        "ReplicationController",
+        true,
+        &["rc"],
+        ALL,
+        &[status("", "v1", "ReplicationController"), scale()]
+    ),
+    res!(
+        "",
+        "v1",
+        "podtemplates",
+        "podtemplate",
+        "PodTemplate",
+        true,
+        NONE,
+        NONE,
+        &[]
+    ),
+    // Computed from the server's own health checks; upstream deprecates it since 1.19 but its
+    // controller manager and kubectl still read it.
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "componentstatuses",
+        singular: "componentstatus",
+        kind: "ComponentStatus",
+        namespaced: false,
+        short_names: &["cs"],
+        categories: NONE,
+        subresources: &[],
+        verbs: READ_ONLY,
+    },
     res!(
         "apps",
         "v1",
@@ -516,6 +575,109 @@ pub static RESOURCES: &[Resource] = &[
         false,
         NONE,
         NONE,
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "storageclass",
+        "StorageClass",
+        false,
+        &["sc"],
+        NONE,
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "csidrivers",
+        "csidriver",
+        "CSIDriver",
+        false,
+        NONE,
+        NONE,
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "csinodes",
+        "csinode",
+        "CSINode",
+        false,
+        NONE,
+        NONE,
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "csistoragecapacities",
+        "csistoragecapacity",
+        "CSIStorageCapacity",
+        true,
+        NONE,
+        NONE,
+        &[]
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1",
+        "volumeattachments",
+        "volumeattachment",
+        "VolumeAttachment",
+        false,
+        NONE,
+        NONE,
+        &[status("storage.k8s.io", "v1", "VolumeAttachment")]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        "MutatingWebhookConfiguration",
+        false,
+        NONE,
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        "ValidatingWebhookConfiguration",
+        false,
+        NONE,
+        &["api-extensions"],
+        &[]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        "ValidatingAdmissionPolicy",
+        false,
+        NONE,
+        &["api-extensions"],
+        &[status(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy"
+        )]
+    ),
+    res!(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        "ValidatingAdmissionPolicyBinding",
+        false,
+        NONE,
+        &["api-extensions"],
         &[]
     ),
     res!(

@@ -4,7 +4,12 @@
 //! - etcd 3.4 (Debian's etcd-server, on loopback) doing the same puts through its v3 JSON gateway,
 //! - our API server (a `controlplane serve` process): create, get, list throughput and latency
 //!   with 64 concurrent clients; watch delivery latency with 1,000 watchers; RSS idle and with
-//!   10,000 pods stored.
+//!   10,000 pods stored;
+//! - a full list (no `limit`) of 150,000 pods from a second server (`--no-scheduler`, its store
+//!   filled before it starts with copies of a pod the first server created): time to the last
+//!   byte, and the server's RSS before, during (the peak, sampled every 5 ms) and after.
+//!
+//! `API_BENCH_SERVER=PATH` runs another `controlplane` binary (e.g. an older build) as the server.
 //!
 //! Absolute numbers on shared machines are noise; the ratios are the figures.
 
@@ -22,6 +27,7 @@ use transport::client::HttpClient;
 use controlplane::process::{EtcdProcess, ServerProcess};
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
 use controlplane::storage::{Store, Write};
+use serde::Deserialize;
 
 const CLIENTS: usize = 64;
 
@@ -60,7 +66,12 @@ fn rss_kib(pid: u32) -> u64 {
 struct Target {
     base: String,
     client: HttpClient<Full<Bytes>>,
+    /// The `Accept` header of every request.
+    accept: &'static str,
 }
+
+/// What client-go sends with the protobuf content type.
+const PROTOBUF_ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 impl Target {
     fn new(addr: &str, pki: &Path) -> Result<Self> {
@@ -70,7 +81,16 @@ impl Target {
         Ok(Self {
             base: format!("https://{addr}"),
             client: transport::client::http_client(Some(Arc::new(tls)))?,
+            accept: "application/json",
         })
+    }
+
+    /// The same server, asked for protobuf answers.
+    fn protobuf(&self) -> Self {
+        Self {
+            accept: PROTOBUF_ACCEPT,
+            ..self.clone()
+        }
     }
 
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<hyper::Request<Full<Bytes>>> {
@@ -78,7 +98,7 @@ impl Target {
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json")
-            .header("accept", "application/json")
+            .header("accept", self.accept)
             .body(Full::new(
                 body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
             ))?)
@@ -161,6 +181,7 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
     let target = Target {
         base: etcd.endpoint.trim_end_matches('/').to_string(),
         client: transport::client::http_client(None)?,
+        accept: "application/json",
     };
     let t0 = Instant::now();
     loop {
@@ -264,11 +285,146 @@ async fn watch_latency(target: &Target, watchers: usize, events: usize) -> Resul
     }))
 }
 
+/// Fills `dir/store` (a server's data directory, before the server starts) with `n` copies of
+/// `template` (a pod as the API server stored it) named `full-<i>` in namespace `ns`, bound to a
+/// node so that no scheduler takes them up.
+async fn fill_store(dir: &Path, template: &Value, ns: &str, n: usize) -> Result<()> {
+    let store = Arc::new(EmbeddedStore::open(EmbeddedConfig::new(dir.join("store")))?);
+    let mut pod = template.clone();
+    if let Some(meta) = pod["metadata"].as_object_mut() {
+        meta.remove("resourceVersion");
+        meta.insert("namespace".into(), json!(ns));
+    }
+    pod["spec"]["nodeName"] = json!("bench-node");
+    let pod = Arc::new(pod);
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let (store, pod) = (store.clone(), pod.clone());
+        let ns = ns.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in (c..n).step_by(CLIENTS) {
+                let name = format!("full-{i:06}");
+                let mut p = (*pod).clone();
+                p["metadata"]["name"] = json!(name);
+                p["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{i:012}"));
+                store
+                    .write(Write::Create {
+                        key: format!("/registry/core/pods/{ns}/{name}"),
+                        value: serde_json::to_vec(&p)?,
+                    })
+                    .await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    store.close();
+    Ok(())
+}
+
+/// The peak RSS of `pid` while `until` is not set, sampled every 5 ms.
+fn sample_peak_rss(pid: u32, until: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !until.load(std::sync::atomic::Ordering::Relaxed) {
+            peak = peak.max(rss_kib(pid));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        peak.max(rss_kib(pid))
+    })
+}
+
+/// A list answer's items, counted without keeping them.
+#[derive(Deserialize)]
+struct ListShape {
+    items: Vec<serde::de::IgnoredAny>,
+    metadata: ListMeta,
+}
+
+#[derive(Deserialize)]
+struct ListMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
+/// A full list of `n` pods from a server whose store was filled before it started.
+async fn full_list(server_bin: &Path, dir: &Path, template: &Value, n: usize) -> Result<Value> {
+    eprintln!("api-bench: full list: storing {n} pods");
+    fill_store(dir, template, "full", n).await?;
+    let server = ServerProcess::spawn(server_bin, dir, &["--no-scheduler"])?;
+    let pid = server.pid();
+    let target = Target::new(&server.addr(), &dir.join("pki"))?;
+    // The server answers once its store is loaded; let its start settle.
+    target.call("GET", "/api/v1/namespaces/default", None).await?;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = rss_kib(pid);
+    let mut runs = Vec::new();
+    let mut peak = 0;
+    let mut bytes = 0;
+    for _ in 0..3 {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = sample_peak_rss(pid, done.clone());
+        let t = Instant::now();
+        let (code, body) = target.call("GET", "/api/v1/namespaces/full/pods", None).await?;
+        let elapsed = t.elapsed();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        peak = peak.max(
+            sampler
+                .join()
+                .map_err(|_| anyhow::anyhow!("RSS sampler panicked"))?,
+        );
+        if code != 200 {
+            bail!(
+                "full list: HTTP {code}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(500)])
+            );
+        }
+        let list: ListShape = serde_json::from_slice(&body).context("the full list does not parse")?;
+        if list.items.len() != n || list.metadata.resource_version.is_empty() {
+            bail!("full list: {} items, expected {n}", list.items.len());
+        }
+        bytes = body.len();
+        runs.push(elapsed.as_secs_f64());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = rss_kib(pid);
+    runs.sort_by(|a, b| a.total_cmp(b));
+    // Once in protobuf (its length comes first: every item is encoded twice).
+    let proto = target.protobuf();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_peak_rss(pid, done.clone());
+    let t = Instant::now();
+    let (code, body) = proto.call("GET", "/api/v1/namespaces/full/pods", None).await?;
+    let proto_s = t.elapsed().as_secs_f64();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let proto_peak = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("RSS sampler panicked"))?;
+    if code != 200 || !body.starts_with(b"k8s\0") {
+        bail!("protobuf full list: HTTP {code}, {} bytes", body.len());
+    }
+    Ok(json!({
+        "pods": n,
+        "response_bytes": bytes,
+        "seconds": runs.iter().map(|s| (s * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+        "median_s": (runs[runs.len() / 2] * 1000.0).round() / 1000.0,
+        "rss_kib": { "before": before, "peak_during": peak, "after": after },
+        "protobuf": { "seconds": (proto_s * 1000.0).round() / 1000.0, "response_bytes": body.len(),
+                      "rss_kib_peak_during": proto_peak },
+    }))
+}
+
 fn main() -> Result<()> {
     let out = PathBuf::from(std::env::args().nth(1).context("usage: api-bench OUT.json")?);
     let quick = std::env::var("BENCH_QUICK").is_ok();
     let (writes, pods) = if quick { (3_200, 3_200) } else { (10_240, 10_240) };
-    let server_bin = std::env::current_exe()?.with_file_name("controlplane");
+    let full_pods = if quick { 30_000 } else { 150_000 };
+    let server_bin = match std::env::var_os("API_BENCH_SERVER") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()?.with_file_name("controlplane"),
+    };
     let tmp = tempfile::tempdir()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -299,7 +455,12 @@ fn main() -> Result<()> {
         })
         .await?;
         eprintln!("api-bench: API lists (limit=100)");
-        let lists = load(&target, 20, |_, _| ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)).await?;
+        let lists = load(&target, 50, |_, _| ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)).await?;
+        eprintln!("api-bench: API lists (limit=100, protobuf)");
+        let proto_lists = load(&target.protobuf(), 50, |_, _| {
+            ("GET", "/api/v1/namespaces/bench/pods?limit=100".to_string(), None)
+        })
+        .await?;
         eprintln!("api-bench: watch delivery (1000 watchers)");
         let watch = watch_latency(&target, 1000, 20).await?;
         // Fill up to `pods` pods for the RSS figure.
@@ -312,6 +473,10 @@ fn main() -> Result<()> {
         let stored = stored_already.max(pods);
         tokio::time::sleep(Duration::from_millis(500)).await;
         let loaded_rss = rss_kib(pid);
+        let (_, template) = target.call("GET", "/api/v1/namespaces/bench/pods/p-0-0", None).await?;
+        let template: Value = serde_json::from_slice(&template)?;
+        drop(server);
+        let full = full_list(&server_bin, &tmp.path().join("full"), &template, full_pods).await?;
         let create_rate = creates["ops_per_s"].as_f64().unwrap_or(0.0);
         Ok::<_, anyhow::Error>(json!({
             "benchmark": "api",
@@ -321,13 +486,16 @@ fn main() -> Result<()> {
             "api_create_pods": creates,
             "api_get_pods": gets,
             "api_list_pods_limit_100": lists,
+            "api_list_pods_limit_100_protobuf": proto_lists,
+            "api_full_list": full,
             "watch_delivery": watch,
             "rss_kib": { "idle": idle_rss, "with_pods": loaded_rss, "pods_stored": stored },
             "ratios": {
                 "create_vs_store_floor": create_rate / floor["ops_per_s"].as_f64().unwrap_or(f64::NAN),
                 "create_vs_etcd_puts": create_rate / etcd["ops_per_s"].as_f64().unwrap_or(f64::NAN),
             },
-            "targets": { "create_vs_store_floor_min": 0.5, "create_vs_etcd_puts_min": 1.0, "create_p99_ms_max": 50,
+            "targets": { "list_limit_100_per_s_min": 2000, "full_list_150k_s_max": 2.0,
+                         "create_vs_store_floor_min": 0.5, "create_vs_etcd_puts_min": 1.0, "create_p99_ms_max": 50,
                          "watch_p99_ms_max": 10, "idle_rss_kib_max": 40 * 1024 },
         }))
     })?;

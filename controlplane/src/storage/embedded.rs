@@ -3,7 +3,10 @@
 //! acknowledged only after its batch is on disk), plus a snapshot. The log is folded into a new
 //! snapshot once it outgrows [`EmbeddedConfig::compact_log_bytes`], so disk use stays bounded by
 //! the live data plus that threshold. Watch history is kept in memory, bounded by count and bytes;
-//! a watch from before it is [`StoreError::Compacted`].
+//! a watch from before it is [`StoreError::Compacted`]. The same history answers reads at a past
+//! revision ([`Store::list_at`]): a key changed since then reads as the value its first later
+//! change replaced. A [`Store::hold_revision`] keeps that history past the usual bounds (up to
+//! the `held_*` ones) while a long read runs.
 //!
 //! Readers never see a write before it is durable: the single writer thread validates a batch
 //! against the committed state plus the batch's own earlier writes, fsyncs it, and only then
@@ -19,7 +22,8 @@ use tokio::sync::{broadcast, oneshot};
 
 use super::wal::{self, Op, Record};
 use super::{
-    BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, Store, StoreError, WatchStream, Write,
+    BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, RevisionHold, Store, StoreError,
+    WatchStream, Write,
 };
 
 /// Tuning of the embedded store.
@@ -32,6 +36,10 @@ pub struct EmbeddedConfig {
     pub history_bytes: usize,
     /// Fold the log into a snapshot when it grows past this.
     pub compact_log_bytes: u64,
+    /// While a revision is held, history is kept up to this many events ...
+    pub held_history_events: usize,
+    /// ... and this many bytes (then it is dropped anyway and the held read fails as compacted).
+    pub held_history_bytes: usize,
 }
 
 impl EmbeddedConfig {
@@ -42,6 +50,8 @@ impl EmbeddedConfig {
             history_events: 10_000,
             history_bytes: 32 << 20,
             compact_log_bytes: 64 << 20,
+            held_history_events: 200_000,
+            held_history_bytes: 256 << 20,
         }
     }
 }
@@ -53,7 +63,80 @@ struct State {
     compacted: Revision,
     history: VecDeque<Arc<Event>>,
     history_bytes: usize,
+    /// Held revisions (see [`Store::hold_revision`]) and how many holders each has.
+    holds: BTreeMap<Revision, usize>,
     failed: Option<String>,
+}
+
+impl State {
+    /// Whether the oldest history event may go: always past the held bounds, else past the
+    /// usual bounds unless a held revision still needs it.
+    fn must_trim(&self, cfg: &EmbeddedConfig) -> bool {
+        let Some(oldest) = self.history.front() else {
+            return false;
+        };
+        if self.history.len() > cfg.held_history_events || self.history_bytes > cfg.held_history_bytes {
+            return true;
+        }
+        let over = self.history.len() > cfg.history_events || self.history_bytes > cfg.history_bytes;
+        let needed = self
+            .holds
+            .keys()
+            .next()
+            .is_some_and(|held| oldest.kv.mod_revision > *held);
+        over && !needed
+    }
+
+    /// Keys under `prefix` after `start_after`, at most `limit` (0 = all), as they were at
+    /// `rev` (not before the compacted revision, not after the current one).
+    fn range_at(&self, prefix: &str, start_after: Option<&str>, limit: usize, rev: Revision) -> ListPage {
+        use std::ops::Bound;
+        let in_range = |k: &str| k.starts_with(prefix) && start_after.is_none_or(|s| k > s);
+        // Keys changed after `rev`: their value then is what their first later change replaced
+        // (None: they did not exist then).
+        let first = self.history.partition_point(|e| e.kv.mod_revision <= rev);
+        let mut then: BTreeMap<&str, Option<&KeyValue>> = BTreeMap::new();
+        for ev in self.history.range(first..) {
+            if in_range(&ev.kv.key) {
+                then.entry(ev.kv.key.as_str()).or_insert(ev.prev.as_ref());
+            }
+        }
+        let lower = match start_after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Included(prefix),
+        };
+        let mut now = self
+            .kvs
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .peekable();
+        let mut changed = then.into_iter().peekable();
+        let (mut items, mut more) = (Vec::new(), false);
+        loop {
+            // Merge the two key-ordered sequences; a changed key's old value wins.
+            let next = match (now.peek(), changed.peek()) {
+                (None, None) => break,
+                (Some((k, _)), Some((c, _))) if k.as_str() == *c => {
+                    now.next();
+                    changed.next().and_then(|(_, v)| v)
+                }
+                (Some((k, _)), Some((c, _))) if k.as_str() > *c => changed.next().and_then(|(_, v)| v),
+                (Some(_), _) => now.next().map(|(_, v)| v),
+                (None, Some(_)) => changed.next().and_then(|(_, v)| v),
+            };
+            let Some(kv) = next else { continue };
+            if limit > 0 && items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(kv.clone());
+        }
+        ListPage {
+            items,
+            revision: rev,
+            more,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -372,7 +455,7 @@ impl Writer {
                 committed.push(ev);
             }
             st.revision = rev;
-            while st.history.len() > self.cfg.history_events || st.history_bytes > self.cfg.history_bytes {
+            while st.must_trim(&self.cfg) {
                 let Some(old) = st.history.pop_front() else { break };
                 st.history_bytes -= event_bytes(&old);
                 st.compacted = old.kv.mod_revision;
@@ -501,6 +584,62 @@ impl Store for EmbeddedStore {
                 revision: st.revision,
                 more,
             })
+        })
+    }
+
+    fn list_at<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+        revision: Revision,
+    ) -> BoxFuture<'a, Result<ListPage>> {
+        Box::pin(async move {
+            let st = self.read();
+            if revision < st.compacted {
+                return Err(StoreError::Compacted {
+                    requested: revision,
+                    compacted: st.compacted,
+                });
+            }
+            if revision > st.revision {
+                return Err(StoreError::FutureRevision {
+                    requested: revision,
+                    current: st.revision,
+                });
+            }
+            Ok(st.range_at(prefix, start_after, limit, revision))
+        })
+    }
+
+    fn hold_revision(&self, revision: Revision) -> BoxFuture<'_, Result<RevisionHold>> {
+        Box::pin(async move {
+            {
+                let mut st = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
+                if revision < st.compacted {
+                    return Err(StoreError::Compacted {
+                        requested: revision,
+                        compacted: st.compacted,
+                    });
+                }
+                if revision > st.revision {
+                    return Err(StoreError::FutureRevision {
+                        requested: revision,
+                        current: st.revision,
+                    });
+                }
+                *st.holds.entry(revision).or_default() += 1;
+            }
+            let shared = self.shared.clone();
+            Ok(RevisionHold::new(move || {
+                let mut st = shared.state.write().unwrap_or_else(|p| p.into_inner());
+                if let Some(n) = st.holds.get_mut(&revision) {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.holds.remove(&revision);
+                    }
+                }
+            }))
         })
     }
 
@@ -731,6 +870,121 @@ mod tests {
             (e.kind, e.kv.key.as_str(), e.kv.mod_revision),
             (EventKind::Delete, "/pods/a", 4)
         );
+        Ok(())
+    }
+
+    fn keys(p: &ListPage) -> Vec<(&str, &[u8])> {
+        p.items
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_slice()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn list_at_reads_the_past_through_history() -> Result<()> {
+        let dir = tmp()?;
+        let s = open_default(dir.path())?;
+        for k in ["/a/1", "/a/2", "/a/4", "/b/1"] {
+            s.write(put(k, "old")).await?;
+        }
+        let then = s.revision().await?;
+        // After `then`: an update, a delete, a creation in the middle and at the end, and a key
+        // deleted and created again.
+        s.write(Write::Update {
+            key: "/a/1".into(),
+            value: b"new".to_vec(),
+            expected: None,
+        })
+        .await?;
+        s.write(Write::Delete {
+            key: "/a/2".into(),
+            expected: None,
+        })
+        .await?;
+        s.write(put("/a/3", "new")).await?;
+        s.write(put("/a/5", "new")).await?;
+        s.write(Write::Delete {
+            key: "/a/4".into(),
+            expected: None,
+        })
+        .await?;
+        s.write(put("/a/4", "again")).await?;
+        let past = s.list_at("/a/", None, 0, then).await?;
+        assert_eq!(past.revision, then);
+        assert_eq!(
+            keys(&past),
+            [("/a/1", &b"old"[..]), ("/a/2", b"old"), ("/a/4", b"old")]
+        );
+        assert!(past.items.iter().all(|kv| kv.mod_revision <= then));
+        // Pages at the same revision, as a paged read of many requests sees them.
+        let p1 = s.list_at("/a/", None, 2, then).await?;
+        assert!(p1.more);
+        let p2 = s.list_at("/a/", Some("/a/2"), 2, then).await?;
+        assert_eq!(keys(&p2), [("/a/4", &b"old"[..])]);
+        assert!(!p2.more);
+        // At the current revision it is a plain list.
+        let now = s.revision().await?;
+        assert_eq!(
+            s.list_at("/a/", None, 0, now).await?,
+            s.list("/a/", None, 0).await?
+        );
+        assert!(matches!(
+            s.list_at("/a/", None, 0, now + 1).await,
+            Err(StoreError::FutureRevision { .. })
+        ));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_held_revision_keeps_its_history_within_bounds() -> Result<()> {
+        let dir = tmp()?;
+        let mut cfg = EmbeddedConfig::new(dir.path());
+        (cfg.history_events, cfg.held_history_events) = (4, 12);
+        let s = EmbeddedStore::open(cfg)?;
+        for i in 0..3 {
+            s.write(put(&format!("/k/{i}"), "v0")).await?;
+        }
+        let held = s.revision().await?;
+        let hold = s.hold_revision(held).await?;
+        let update = |i: usize, v: &str| Write::Update {
+            key: format!("/k/{i}"),
+            value: v.as_bytes().to_vec(),
+            expected: None,
+        };
+        for round in 1..=3 {
+            for i in 0..3 {
+                s.write(update(i, &format!("v{round}"))).await?;
+            }
+        }
+        // Nine changes since the hold: past the usual 4, within the held 12.
+        let past = s.list_at("/k/", None, 0, held).await?;
+        assert!(past.items.iter().all(|kv| kv.value == b"v0"), "{past:?}");
+        drop(hold);
+        assert!(matches!(
+            s.hold_revision(held + 100).await,
+            Err(StoreError::FutureRevision { .. })
+        ));
+        s.write(update(0, "v4")).await?;
+        assert!(matches!(
+            s.list_at("/k/", None, 0, held).await,
+            Err(StoreError::Compacted { .. })
+        ));
+        assert!(matches!(
+            s.hold_revision(held).await,
+            Err(StoreError::Compacted { .. })
+        ));
+        // A hold does not keep history beyond the held bounds.
+        let held = s.revision().await?;
+        let _hold = s.hold_revision(held).await?;
+        for round in 5..=9 {
+            for i in 0..3 {
+                s.write(update(i, &format!("v{round}"))).await?;
+            }
+        }
+        assert!(matches!(
+            s.list_at("/k/", None, 0, held).await,
+            Err(StoreError::Compacted { .. })
+        ));
         Ok(())
     }
 

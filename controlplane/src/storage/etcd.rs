@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use transport::client::HttpClient;
 
 use super::{
-    BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, Store, StoreError, WatchStream, Write,
+    BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, RevisionHold, Store, StoreError,
+    WatchStream, Write,
 };
 
 /// An etcd v3 endpoint such as `http://127.0.0.1:2379`.
@@ -93,6 +94,15 @@ impl EtcdStore {
 
     /// POSTs `body` to `path` and returns the JSON answer (pooled keep-alive connections).
     async fn call(&self, path: &str, body: &Value) -> Result<Value> {
+        let (code, v) = self.call_status(path, body).await?;
+        if code >= 300 {
+            return Err(self.answer_err(path, code, &v));
+        }
+        Ok(v)
+    }
+
+    /// Like [`Self::call`], but an error answer is returned with its HTTP status.
+    async fn call_status(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
         let req = self.request(path, body)?;
         let resp = transport::client::send(&self.client, req, REQUEST_TIMEOUT)
             .await
@@ -102,16 +112,68 @@ impl EtcdStore {
             .await
             .map_err(|e| io_err(&self.addr, e))?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| io_err(&self.addr, e))?;
-        if code >= 300 {
-            return Err(io_err(
-                &self.addr,
-                format!(
-                    "{path}: HTTP {code}: {}",
-                    v["message"].as_str().unwrap_or_default()
-                ),
-            ));
+        Ok((code, v))
+    }
+
+    fn answer_err(&self, path: &str, code: u16, v: &Value) -> StoreError {
+        io_err(
+            &self.addr,
+            format!(
+                "{path}: HTTP {code}: {}",
+                v["message"].as_str().unwrap_or_default()
+            ),
+        )
+    }
+
+    /// A range read of `limit` keys (0 = all) under `prefix` after `start_after`, at `revision`
+    /// (None: the current one).
+    async fn range(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Option<Revision>,
+    ) -> Result<ListPage> {
+        let start = match start_after {
+            Some(k) => {
+                let mut s = k.as_bytes().to_vec();
+                s.push(0);
+                s
+            }
+            None => prefix.as_bytes().to_vec(),
+        };
+        let mut body = json!({ "key": b64(&start), "range_end": b64(&prefix_end(prefix.as_bytes())) });
+        if limit > 0 {
+            body["limit"] = json!(limit.to_string());
         }
-        Ok(v)
+        if let Some(rev) = revision {
+            body["revision"] = json!(rev.to_string());
+        }
+        let (code, r) = self.call_status("/v3/kv/range", &body).await?;
+        if code >= 300 {
+            // etcd's texts for a range at a revision it no longer has, or does not have yet.
+            let message = r["message"].as_str().unwrap_or_default();
+            return Err(match revision {
+                Some(requested) if message.contains("required revision has been compacted") => {
+                    StoreError::Compacted {
+                        requested,
+                        compacted: 0,
+                    }
+                }
+                Some(requested) if message.contains("required revision is a future revision") => {
+                    StoreError::FutureRevision {
+                        requested,
+                        current: self.revision().await.unwrap_or(0),
+                    }
+                }
+                _ => self.answer_err("/v3/kv/range", code, &r),
+            });
+        }
+        Ok(ListPage {
+            items: r["kvs"].as_array().into_iter().flatten().map(kv_of).collect(),
+            revision: revision.unwrap_or_else(|| int(&r["header"]["revision"])),
+            more: r["more"].as_bool().unwrap_or(false),
+        })
     }
 
     /// Runs a one-key transaction: `compare` on success puts/deletes, on failure reads the key.
@@ -235,26 +297,23 @@ impl Store for EtcdStore {
         start_after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<ListPage>> {
-        Box::pin(async move {
-            let start = match start_after {
-                Some(k) => {
-                    let mut s = k.as_bytes().to_vec();
-                    s.push(0);
-                    s
-                }
-                None => prefix.as_bytes().to_vec(),
-            };
-            let mut body = json!({ "key": b64(&start), "range_end": b64(&prefix_end(prefix.as_bytes())) });
-            if limit > 0 {
-                body["limit"] = json!(limit.to_string());
-            }
-            let r = self.call("/v3/kv/range", &body).await?;
-            Ok(ListPage {
-                items: r["kvs"].as_array().into_iter().flatten().map(kv_of).collect(),
-                revision: int(&r["header"]["revision"]),
-                more: r["more"].as_bool().unwrap_or(false),
-            })
-        })
+        Box::pin(self.range(prefix, start_after, limit, None))
+    }
+
+    fn list_at<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+        revision: Revision,
+    ) -> BoxFuture<'a, Result<ListPage>> {
+        Box::pin(self.range(prefix, start_after, limit, Some(revision)))
+    }
+
+    fn hold_revision(&self, _revision: Revision) -> BoxFuture<'_, Result<RevisionHold>> {
+        // etcd keeps every revision until the cluster is compacted (which the operator or
+        // etcd's auto-compaction decides, as for kube-apiserver); reads then fail as compacted.
+        Box::pin(async move { Ok(RevisionHold::none()) })
     }
 
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {

@@ -57,6 +57,8 @@ pub enum StoreError {
         requested: Revision,
         compacted: Revision,
     },
+    #[error("revision {requested} is in the future (the current revision is {current})")]
+    FutureRevision { requested: Revision, current: Revision },
     #[error("store I/O on {path}: {source}")]
     Io {
         path: String,
@@ -109,6 +111,42 @@ impl Write {
     }
 }
 
+/// Keeps a revision readable with [`Store::list_at`] while it is alive (see
+/// [`Store::hold_revision`]); dropping it releases the revision.
+pub struct RevisionHold {
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl RevisionHold {
+    /// A hold that needs no release (the backend keeps old revisions by itself).
+    pub fn none() -> Self {
+        Self { release: None }
+    }
+
+    /// A hold that runs `release` when dropped.
+    pub fn new(release: impl FnOnce() + Send + 'static) -> Self {
+        Self {
+            release: Some(Box::new(release)),
+        }
+    }
+}
+
+impl Drop for RevisionHold {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for RevisionHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RevisionHold")
+            .field("releases", &self.release.is_some())
+            .finish()
+    }
+}
+
 /// A stream of events for a key prefix.
 pub trait WatchStream: Send {
     /// The next event; `Err(Compacted)` when the watcher fell too far behind, `Err(Closed)` at shutdown.
@@ -127,6 +165,22 @@ pub trait Store: Send + Sync + 'static {
         start_after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<ListPage>>;
+    /// Reads like [`Store::list`], but the keys as they were at `revision`, so that a read of
+    /// many pages sees one consistent state. [`StoreError::Compacted`] when the store no longer
+    /// has that revision's history, [`StoreError::FutureRevision`] when it is newer than the
+    /// current revision.
+    fn list_at<'a>(
+        &'a self,
+        prefix: &'a str,
+        start_after: Option<&'a str>,
+        limit: usize,
+        revision: Revision,
+    ) -> BoxFuture<'a, Result<ListPage>>;
+    /// Holds `revision` (one a read just returned): while the returned [`RevisionHold`] lives,
+    /// the store keeps what [`Store::list_at`] needs to read at it (within backend limits: a
+    /// reader that stalls for ever does not make the store keep history for ever).
+    /// [`StoreError::Compacted`] when it is already gone.
+    fn hold_revision(&self, revision: Revision) -> BoxFuture<'_, Result<RevisionHold>>;
     /// Applies one write durably; the returned event carries the new revision.
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>>;
     /// Events for keys under `prefix` with revision greater than `after`.

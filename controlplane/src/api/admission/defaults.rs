@@ -58,9 +58,42 @@ pub(crate) fn apply(res: &Resource, obj: &mut Value) {
                 job_spec(&mut spec["jobTemplate"]["spec"]);
             }
         }
+        ("", "ReplicationController") => replication_controller(obj),
+        ("", "PodTemplate") => or_set(&mut obj["template"]["spec"], "restartPolicy", json!("Always")),
+        ("storage.k8s.io", "StorageClass") => {
+            or_set(obj, "reclaimPolicy", json!("Delete"));
+            or_set(obj, "volumeBindingMode", json!("Immediate"));
+        }
+        ("storage.k8s.io", "CSIDriver") => {
+            let spec = &mut obj["spec"];
+            or_set(spec, "attachRequired", json!(true));
+            or_set(spec, "podInfoOnMount", json!(false));
+            or_set(spec, "storageCapacity", json!(false));
+            or_set(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+            or_set(spec, "requiresRepublish", json!(false));
+            or_set(spec, "seLinuxMount", json!(false));
+            or_set(spec, "volumeLifecycleModes", json!(["Persistent"]));
+        }
         ("", "Service") => service(&mut obj["spec"]),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa_behavior(&mut obj["spec"]),
         _ => {}
+    }
+}
+
+/// A ReplicationController: one replica, and the template's labels as its selector and (when
+/// it has none) its own labels (upstream `SetDefaults_ReplicationController`).
+fn replication_controller(obj: &mut Value) {
+    let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+    let spec = &mut obj["spec"];
+    or_set(spec, "replicas", json!(1));
+    or_set(&mut spec["template"]["spec"], "restartPolicy", json!("Always"));
+    if labels.as_object().is_some_and(|l| !l.is_empty()) {
+        if spec["selector"].as_object().is_none_or(|s| s.is_empty()) {
+            spec["selector"] = labels.clone();
+        }
+        if obj["metadata"]["labels"].as_object().is_none_or(|l| l.is_empty()) {
+            obj["metadata"]["labels"] = labels;
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! Object helpers shared by every layer of the API: names, UIDs, timestamps, name rules, base64,
-//! label and field selectors ([`selector`]) and the stored form of objects (`stored`). Nothing
-//! here knows the verbs or the request handling.
+//! label and field selectors ([`selector`], decoding only what they read: `sparse`) and the
+//! stored form of objects (`stored`). Nothing here knows the verbs or the request handling.
 
 pub mod selector;
+pub(crate) mod sparse;
 pub(crate) mod stored;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::sparse::Paths;
 use crate::api::registry::Resource;
 use crate::api::status::ApiError;
 
@@ -197,9 +198,12 @@ fn selectable_fields(res: &Resource) -> &'static [&'static str] {
 }
 
 /// A compiled list/watch filter.
+#[derive(Debug, Clone)]
 pub(crate) struct Filter {
     labels: Vec<Requirement>,
     fields: Vec<FieldTerm>,
+    /// The fields the filter reads (for decoding stored objects sparsely).
+    reads: Paths,
 }
 
 impl Filter {
@@ -222,7 +226,30 @@ impl Filter {
                 )));
             }
         }
-        Ok(Self { labels, fields })
+        let mut reads: Vec<&str> = Vec::new();
+        if !labels.is_empty() {
+            reads.push("metadata.labels");
+        }
+        reads.extend(fields.iter().map(|(f, _, _)| f.as_str()));
+        let reads = Paths::new(reads);
+        Ok(Self {
+            labels,
+            fields,
+            reads,
+        })
+    }
+
+    /// Whether the filter selects everything.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// [`Self::matches`] on an object's JSON, decoding only the fields the filter reads.
+    pub(crate) fn matches_json(&self, json: &[u8]) -> serde_json::Result<bool> {
+        if self.is_empty() {
+            return Ok(true);
+        }
+        Ok(self.matches(&self.reads.decode(json)?))
     }
 
     pub(crate) fn matches(&self, obj: &Value) -> bool {
@@ -257,6 +284,35 @@ mod tests {
         assert!(!m("app=api"));
         assert!(!m("missing"));
         assert!(parse_label_selector("a b c").is_err());
+    }
+
+    #[test]
+    fn stored_objects_match_as_decoded_ones() {
+        let pods = crate::api::registry::find("", "v1", "pods").expect("pods");
+        let objects = [
+            json!({"metadata": {"name": "a", "namespace": "x", "labels": {"app": "web"}},
+                   "spec": {"nodeName": "n1", "hostNetwork": true}, "status": {"phase": "Running"}}),
+            json!({"metadata": {"name": "b", "namespace": "y"}, "spec": {"containers": []}}),
+            json!({"metadata": {"name": "c", "labels": {"app": "db", "tier": "be"}}, "spec": [], "status": null}),
+        ];
+        for (labels, fields) in [
+            ("", ""),
+            ("app=web", ""),
+            ("app", "spec.nodeName="),
+            ("!tier", "metadata.namespace!=x"),
+            ("", "spec.hostNetwork=true,status.phase=Running"),
+            ("app in (db,web),tier notin (fe)", "metadata.name!=a"),
+        ] {
+            let f = Filter::new(pods, labels, fields).expect("filter");
+            for o in &objects {
+                let json = serde_json::to_vec(o).expect("encode");
+                assert_eq!(
+                    f.matches_json(&json).expect("decodes"),
+                    f.matches(o),
+                    "{labels:?} {fields:?} on {o}"
+                );
+            }
+        }
     }
 
     #[test]

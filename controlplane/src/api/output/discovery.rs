@@ -11,17 +11,6 @@ pub const KUBE_MINOR: &str = "32";
 /// Content type of aggregated discovery responses.
 pub const AGGREGATED_CT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
-const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// `GET /version`.
 pub fn version() -> Value {
     let arch = match std::env::consts::ARCH {
@@ -54,7 +43,7 @@ fn resource_entry(r: &Resource) -> Value {
         "responseKind": { "group": r.group, "version": r.version, "kind": r.kind },
         "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": r.singular,
-        "verbs": VERBS,
+        "verbs": r.verbs,
     });
     if !r.short_names.is_empty() {
         e["shortNames"] = json!(r.short_names);
@@ -119,7 +108,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         .filter(|r| r.group == group && r.version == version)
     {
         let mut e = json!({
-            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": VERBS,
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": r.verbs,
         });
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);

@@ -87,6 +87,9 @@ kinds! {
     "" "v1" "PersistentVolume" => k8s_openapi::api::core::v1::PersistentVolume,
     "" "v1" "ResourceQuota" => k8s_openapi::api::core::v1::ResourceQuota,
     "" "v1" "LimitRange" => k8s_openapi::api::core::v1::LimitRange,
+    "" "v1" "ReplicationController" => k8s_openapi::api::core::v1::ReplicationController,
+    "" "v1" "PodTemplate" => k8s_openapi::api::core::v1::PodTemplate,
+    "" "v1" "ComponentStatus" => k8s_openapi::api::core::v1::ComponentStatus,
     "apps" "v1" "Deployment" => k8s_openapi::api::apps::v1::Deployment,
     "apps" "v1" "ReplicaSet" => k8s_openapi::api::apps::v1::ReplicaSet,
     "apps" "v1" "StatefulSet" => k8s_openapi::api::apps::v1::StatefulSet,
@@ -109,6 +112,15 @@ kinds! {
     "rbac.authorization.k8s.io" "v1" "ClusterRole" => k8s_openapi::api::rbac::v1::ClusterRole,
     "rbac.authorization.k8s.io" "v1" "ClusterRoleBinding" => k8s_openapi::api::rbac::v1::ClusterRoleBinding,
     "certificates.k8s.io" "v1" "CertificateSigningRequest" => k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+    "storage.k8s.io" "v1" "StorageClass" => k8s_openapi::api::storage::v1::StorageClass,
+    "storage.k8s.io" "v1" "CSIDriver" => k8s_openapi::api::storage::v1::CSIDriver,
+    "storage.k8s.io" "v1" "CSINode" => k8s_openapi::api::storage::v1::CSINode,
+    "storage.k8s.io" "v1" "CSIStorageCapacity" => k8s_openapi::api::storage::v1::CSIStorageCapacity,
+    "storage.k8s.io" "v1" "VolumeAttachment" => k8s_openapi::api::storage::v1::VolumeAttachment,
+    "admissionregistration.k8s.io" "v1" "MutatingWebhookConfiguration" => k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+    "admissionregistration.k8s.io" "v1" "ValidatingWebhookConfiguration" => k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicy" => k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy,
+    "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicyBinding" => k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
 }
 
 /// `api/v1` or `apis/<group>/<version>`.
@@ -151,7 +163,13 @@ fn build() -> Documents {
             } else {
                 format!("{prefix}/{}/{{name}}", r.plural)
             };
-            paths.insert(item, item_path(&gvk, &reference));
+            let mut path = item_path(&gvk, &reference);
+            if r.is_read_only()
+                && let Value::Object(ops) = &mut path
+            {
+                ops.remove("patch");
+            }
+            paths.insert(item, path);
             kind_names.insert((group, version, r.kind), name.clone());
             kinds.push((name, gvk));
         }

@@ -95,6 +95,43 @@ fn columns(r: &Resource) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("", "replicationcontrollers") => vec![
+            col("Name", "string", 0),
+            col("Desired", "integer", 0),
+            col("Current", "integer", 0),
+            col("Ready", "integer", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        ("", "componentstatuses") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Message", "string", 0),
+            col("Error", "string", 0),
+        ],
+        ("storage.k8s.io", "storageclasses") => vec![
+            col("Name", "string", 0),
+            col("Provisioner", "string", 0),
+            col("ReclaimPolicy", "string", 0),
+            col("VolumeBindingMode", "string", 0),
+            col("AllowVolumeExpansion", "string", 0),
+            col("Age", "string", 0),
+        ],
+        ("storage.k8s.io", "csinodes") => vec![
+            col("Name", "string", 0),
+            col("Drivers", "integer", 0),
+            col("Age", "string", 0),
+        ],
+        ("storage.k8s.io", "volumeattachments") => vec![
+            col("Name", "string", 0),
+            col("Attacher", "string", 0),
+            col("PV", "string", 0),
+            col("Node", "string", 0),
+            col("Attached", "boolean", 0),
+            col("Age", "string", 0),
+        ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
 }
@@ -372,6 +409,81 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                 ]
             }
         }
+        ("", "replicationcontrollers") => {
+            let spec = &obj["spec"];
+            let containers = spec["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let join = |key: &str| {
+                containers
+                    .iter()
+                    .map(|c| s(&c[key]))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let selector = spec["selector"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default();
+            vec![
+                name,
+                json!(spec["replicas"].as_i64().unwrap_or(1)),
+                json!(i(&obj["status"]["replicas"])),
+                json!(i(&obj["status"]["readyReplicas"])),
+                json!(created),
+                json!(join("name")),
+                json!(join("image")),
+                json!(selector),
+            ]
+        }
+        ("", "componentstatuses") => {
+            let healthy = obj["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Healthy"));
+            let status = match healthy.map(|c| &c["status"]) {
+                Some(v) if v == "True" => "Healthy",
+                Some(v) if v == "False" => "Unhealthy",
+                _ => "Unknown",
+            };
+            let field = |k: &str| json!(healthy.map(|c| s(&c[k])).unwrap_or_default());
+            vec![name, json!(status), field("message"), field("error")]
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            let default =
+                obj["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true";
+            let name = if default {
+                json!(format!("{} (default)", s(&obj["metadata"]["name"])))
+            } else {
+                name
+            };
+            vec![
+                name,
+                json!(s(&obj["provisioner"])),
+                json!(obj["reclaimPolicy"].as_str().unwrap_or("Delete")),
+                json!(obj["volumeBindingMode"].as_str().unwrap_or("Immediate")),
+                json!(obj["allowVolumeExpansion"].as_bool().unwrap_or(false).to_string()),
+                json!(created),
+            ]
+        }
+        ("storage.k8s.io", "csinodes") => vec![
+            name,
+            json!(obj["spec"]["drivers"].as_array().map_or(0, Vec::len)),
+            json!(created),
+        ],
+        ("storage.k8s.io", "volumeattachments") => vec![
+            name,
+            json!(s(&obj["spec"]["attacher"])),
+            json!(s(&obj["spec"]["source"]["persistentVolumeName"])),
+            json!(s(&obj["spec"]["nodeName"])),
+            json!(obj["status"]["attached"].as_bool().unwrap_or(false)),
+            json!(created),
+        ],
         _ => vec![name, json!(created)],
     }
 }

@@ -1,9 +1,8 @@
 //! What a request asks for, decoded: who calls ([`Caller`]), which resource (`Target`), the
 //! query parameters (`Query`), the response form (`Want`) and the body (`body`: JSON or
-//! Kubernetes protobuf through [`protobuf`]).
+//! Kubernetes protobuf through [`crate::api::protobuf`]).
 
 pub(crate) mod body;
-pub mod protobuf;
 mod query;
 mod target;
 

@@ -79,6 +79,11 @@ pub(crate) fn kind_message(api_version: &str, kind: &str) -> Option<usize> {
         .map(|i| table::KINDS[i].2)
 }
 
+/// The index of the message with the full protobuf `name` (the table is sorted by name).
+pub(crate) fn message_named(name: &str) -> Option<usize> {
+    MESSAGES.binary_search_by(|m| m.name.cmp(name)).ok()
+}
+
 /// The list markers of the table as OpenAPI extensions: (schema name, JSON field, extensions),
 /// e.g. `("io.k8s.api.core.v1.PodSpec", "containers", {"x-kubernetes-patch-merge-key": "name", ...})`.
 pub(crate) fn list_markers() -> Vec<(String, &'static str, Map<String, Value>)> {
@@ -241,6 +246,16 @@ mod tests {
                 .windows(2)
                 .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
         );
+        assert!(MESSAGES.windows(2).all(|w| w[0].name < w[1].name));
+        for name in [
+            "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+            "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta",
+            "k8s.io.apimachinery.pkg.apis.meta.v1.Status",
+            "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent",
+        ] {
+            let i = message_named(name).expect(name);
+            assert_eq!(MESSAGES[i].name, name);
+        }
         for (v, k) in [
             ("v1", "Pod"),
             ("apps/v1", "Deployment"),

@@ -9,7 +9,7 @@ use crate::api::Api;
 use crate::api::object::stored::{decode, encode, store_err};
 use crate::api::object::{self, name_of};
 use crate::api::registry::{self, RESOURCES, Resource};
-use crate::api::request::{Query, Target, Want};
+use crate::api::request::{Query, Target};
 use crate::api::status::ApiError;
 use crate::storage::{StoreError, Write};
 
@@ -226,7 +226,7 @@ impl Api {
         opts: &Value,
         q: &Query,
     ) -> Result<Value, ApiError> {
-        let list = self.list(t, q, Want::Object).await?;
+        let list = self.list_objects(t, q).await?;
         for item in list["items"].as_array().into_iter().flatten() {
             let it = Target {
                 res: t.res,

@@ -1,4 +1,4 @@
-//! The verbs on objects, one operation per file: get and list ([`read`]), create, update and
+//! The verbs on objects, one operation per file: get (`read`), list ([`list`]), create, update and
 //! replace, patch (merge, JSON, strategic, apply), pod binding, scale, delete, eviction,
 //! service-account tokens and watch, and the field ownership they record ([`fieldmanager`]).
 //! Objects are stored as JSON without `resourceVersion` ([`crate::api::object::stored`]); it is
@@ -6,10 +6,12 @@
 //! key at a revision, field validation, the request's field manager).
 
 mod bind;
+mod components;
 mod create;
 mod delete;
 mod eviction;
 pub(crate) mod fieldmanager;
+pub(crate) mod list;
 pub(crate) mod patch;
 mod read;
 mod scale;

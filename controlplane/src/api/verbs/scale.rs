@@ -8,14 +8,20 @@ use super::Fields;
 use super::patch;
 use crate::api::Api;
 use crate::api::object::selector::{Requirement, selector_requirements};
-use crate::api::request::body::parse_json_body;
+use crate::api::request::body::{is_protobuf, parse_json_body, parse_object_body};
 use crate::api::request::{Query, Target};
 use crate::api::status::ApiError;
 
 impl Api {
     /// The `Scale` of a workload object.
     pub(crate) fn scale_of(obj: &Value) -> Value {
-        let sel = selector_requirements(&obj["spec"]["selector"]);
+        let selector = &obj["spec"]["selector"];
+        let sel = if obj["kind"] == "ReplicationController" {
+            // A ReplicationController's selector is a plain label map.
+            selector_requirements(&json!({ "matchLabels": selector }))
+        } else {
+            selector_requirements(selector)
+        };
         let selector = sel
             .iter()
             .filter_map(|r| match r {
@@ -55,7 +61,12 @@ impl Api {
         let name = t.name.clone().unwrap_or_default();
         let (obj, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
         let mut scale = Self::scale_of(&obj);
-        let doc = parse_json_body(ct, body)?;
+        let (ct, doc) = if is_protobuf(ct) {
+            // A protobuf Scale replaces, as a JSON one.
+            ("application/json", parse_object_body(ct, body)?)
+        } else {
+            (ct, parse_json_body(ct, body)?)
+        };
         match ct.split(';').next().unwrap_or_default().trim() {
             // A JSON patch that does not apply to a Scale is a bad request (the object's own
             // PATCH answers 422).

@@ -1,6 +1,7 @@
-//! Watch: a chunked stream of newline-delimited `{"type","object"}` events from a store watch,
-//! with label/field selectors (objects moving out of the selection arrive as DELETED), bookmarks,
-//! `timeoutSeconds`, and 410 Expired as an ERROR event when the start revision is compacted.
+//! Watch: a chunked stream of newline-delimited `{"type","object"}` events from a store watch
+//! (or, for protobuf clients, length-prefixed `WatchEvent` frames), with label/field selectors
+//! (objects moving out of the selection arrive as DELETED), bookmarks, `timeoutSeconds`, and 410
+//! Expired as an ERROR event when the start revision is compacted.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -12,11 +13,13 @@ use serde_json::{Value, json};
 
 use super::filter_of;
 use crate::api::Api;
-use crate::api::object::stored::{decode, store_err};
-use crate::api::output::{Body, table};
+use crate::api::object::stored::{decode, write_listed};
+use crate::api::output::{Body, Format, table};
+use crate::api::protobuf::{self, watch_frame_of};
 use crate::api::request::{Query, Target, Want};
+use crate::api::schema::kind_message;
 use crate::api::status::ApiError;
-use crate::storage::{EventKind, StoreError};
+use crate::storage::{EventKind, KeyValue, StoreError};
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
@@ -38,6 +41,33 @@ fn line_raw(kind: &str, object_json: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
+/// How a watch stream frames its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// One JSON `{"type","object"}` per line.
+    Json,
+    /// Length-prefixed protobuf `WatchEvent`s.
+    Protobuf,
+}
+
+impl Framing {
+    /// The event `kind` with `object`, framed.
+    fn event(self, kind: &str, object: &Value) -> Bytes {
+        match self {
+            Framing::Json => line(kind, object),
+            Framing::Protobuf => match watch_frame_of(kind, object) {
+                Ok(frame) => Bytes::from(frame),
+                Err(e) => {
+                    // Only objects of kinds without a message get here (the stream checks its
+                    // kind first); an empty event keeps the stream going.
+                    tracing::warn!(error = %e, "watch event without a protobuf form");
+                    Bytes::from(protobuf::watch_frame(kind, &[]))
+                }
+            },
+        }
+    }
+}
+
 /// One store event decoded once for every watcher that receives it (a thousand watchers of one
 /// resource would otherwise each parse and re-serialize the same object).
 #[derive(Debug)]
@@ -49,18 +79,22 @@ pub(crate) struct Decoded {
     obj_json: Bytes,
     /// The framed event lines (ADDED, MODIFIED, DELETED), built once for all watchers.
     lines: [std::sync::OnceLock<Bytes>; 3],
+    /// The same as protobuf frames.
+    frames: [std::sync::OnceLock<Bytes>; 3],
 }
 
 impl Decoded {
-    fn line(&self, kind: &'static str) -> Bytes {
+    fn line(&self, kind: &'static str, framing: Framing) -> Bytes {
         let i = match kind {
             "ADDED" => 0,
             "MODIFIED" => 1,
             _ => 2,
         };
-        self.lines[i]
-            .get_or_init(|| line_raw(kind, &self.obj_json))
-            .clone()
+        match framing {
+            Framing::Json => self.lines[i].get_or_init(|| line_raw(kind, &self.obj_json)),
+            Framing::Protobuf => self.frames[i].get_or_init(|| framing.event(kind, &self.obj)),
+        }
+        .clone()
     }
 }
 
@@ -94,6 +128,7 @@ impl WatchCache {
             prev,
             obj_json,
             lines: Default::default(),
+            frames: Default::default(),
         });
         if let Ok(mut q) = self.entries.lock() {
             if let Some(existing) = find(&q) {
@@ -108,9 +143,46 @@ impl WatchCache {
     }
 }
 
+/// The ADDED events of a page of stored objects, in one chunk. JSON objects go out as stored,
+/// their resourceVersion spliced in, in the field order encoding the event as a `Value` gives.
+fn added_events(
+    page: &[KeyValue],
+    want: Want,
+    framing: Framing,
+    render: &impl Fn(&Value, &str) -> Value,
+) -> Result<Bytes, ApiError> {
+    let mut out = Vec::new();
+    for kv in page {
+        if (want, framing) == (Want::Object, Framing::Json) {
+            out.extend_from_slice(b"{\"object\":");
+            write_listed(kv, &mut out)?;
+            out.extend_from_slice(b",\"type\":\"ADDED\"}\n");
+        } else {
+            let obj = decode(kv)?;
+            let rev = kv.mod_revision.to_string();
+            out.extend_from_slice(&framing.event("ADDED", &render(&obj, &rev)));
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
 impl Api {
-    pub(crate) async fn watch(&self, t: &Target, q: &Query, want: Want) -> Result<Response<Body>, ApiError> {
+    pub(crate) async fn watch(
+        &self,
+        t: &Target,
+        q: &Query,
+        want: Want,
+        format: Format,
+    ) -> Result<Response<Body>, ApiError> {
         let filter = filter_of(t.res, q)?;
+        let framing = if format == Format::Protobuf
+            && want == Want::Object
+            && kind_message(&t.res.api_version(), t.res.kind).is_some()
+        {
+            Framing::Protobuf
+        } else {
+            Framing::Json
+        };
         let prefix = match &t.namespace {
             Some(ns) => t.res.namespace_prefix(ns),
             None => t.res.key_prefix(),
@@ -130,22 +202,16 @@ impl Api {
                 Want::Object => obj.clone(),
             }
         };
-        // Starting point: unset or "0" means "now", preceded by ADDED for every existing object.
+        // Starting point: unset or "0" means "now", preceded by ADDED for every existing object
+        // (read as a list is: a page at a time at one revision, stored bytes spliced).
         let (start, initial) = if rv.is_empty() || rv == "0" {
-            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
-            let mut objs = Vec::new();
-            for kv in &page.items {
-                let o = decode(kv)?;
-                if filter.matches(&o) {
-                    objs.push(o);
-                }
-            }
-            (page.revision, objs)
+            let snapshot = self.read_snapshot(prefix.clone(), None, filter.clone()).await?;
+            (snapshot.revision, Some(snapshot))
         } else {
             let r = rv
                 .parse::<i64>()
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
-            (r, Vec::new())
+            (r, None)
         };
         let watch = self.store.watch(&prefix, start).await;
         let store = self.store.clone();
@@ -155,23 +221,35 @@ impl Api {
                 Ok(w) => w,
                 Err(StoreError::Compacted { requested, compacted }) => {
                     let e = ApiError::gone(format!("too old resource version: {requested} ({compacted})"));
-                    let _ = tx.send(line("ERROR", &e.to_status())).await;
+                    let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
                     return;
                 }
                 Err(e) => {
-                    let _ = tx
-                        .send(line("ERROR", &ApiError::internal(e.to_string()).to_status()))
-                        .await;
+                    let status = ApiError::internal(e.to_string()).to_status();
+                    let _ = tx.send(framing.event("ERROR", &status)).await;
                     return;
                 }
             };
-            for o in &initial {
-                let rev = o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if tx.send(line("ADDED", &render(o, &rev))).await.is_err() {
-                    return;
+            if let Some(mut snapshot) = initial {
+                loop {
+                    let page = match snapshot.next_page().await {
+                        Ok(Some(page)) => page,
+                        Ok(None) => break,
+                        Err(e) => {
+                            let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
+                            return;
+                        }
+                    };
+                    let chunk = match added_events(&page, want, framing, &render) {
+                        Ok(chunk) => chunk,
+                        Err(e) => {
+                            let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
+                            return;
+                        }
+                    };
+                    if !chunk.is_empty() && tx.send(chunk).await.is_err() {
+                        return;
+                    }
                 }
             }
             let deadline = tokio::time::Instant::now() + timeout;
@@ -188,12 +266,12 @@ impl Api {
                         let rev = store.revision().await.unwrap_or(last_rev).max(last_rev);
                         let obj = json!({ "kind": res.kind, "apiVersion": res.api_version(),
                             "metadata": { "resourceVersion": rev.to_string() } });
-                        Some(line("BOOKMARK", &obj))
+                        Some(framing.event("BOOKMARK", &obj))
                     }
                     Some(Err(StoreError::Compacted { requested, compacted })) => {
                         let e =
                             ApiError::gone(format!("too old resource version: {requested} ({compacted})"));
-                        let _ = tx.send(line("ERROR", &e.to_status())).await;
+                        let _ = tx.send(framing.event("ERROR", &e.to_status())).await;
                         return;
                     }
                     Some(Err(_)) => return,
@@ -212,7 +290,7 @@ impl Api {
                             (EventKind::Put, false, false) => None,
                         };
                         kind.map(|k| match want {
-                            Want::Object => d.line(k),
+                            Want::Object => d.line(k, framing),
                             Want::Table => line(k, &render(&d.obj, &rev)),
                         })
                     }
@@ -225,8 +303,12 @@ impl Api {
             }
         });
         let mut resp = Response::new(body);
+        let ct = match framing {
+            Framing::Json => "application/json",
+            Framing::Protobuf => protobuf::WATCH_MEDIA_TYPE,
+        };
         resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
         resp.headers_mut().insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static("no-cache, private"),

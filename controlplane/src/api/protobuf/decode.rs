@@ -1,36 +1,17 @@
-//! Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`), decoded into the
-//! JSON form the rest of the server works on.
-//!
-//! A body is the magic `k8s\0` followed by a `runtime.Unknown`: its `typeMeta` names the
-//! apiVersion and kind, its `raw` holds the object's own protobuf message. The object is walked
-//! with the generated field table of [`crate::api::schema`] (field numbers from the Go struct
-//! tags, JSON names, list markers), so every served kind decodes without per-kind code.
-//!
-//! Go's protobuf encoding writes non-pointer fields even when they hold their zero value, where
-//! its JSON encoding (`omitempty`) leaves them out. So that a protobuf body means what the same
-//! object sent as JSON means, zero values are dropped the way `omitempty` drops them: empty
-//! strings, zero timestamps and `0`/`false` scalars, except for the fields in
-//! `ZERO_IS_A_VALUE` (Go pointers whose zero is a setting, e.g. `replicas: 0`,
-//! `automountServiceAccountToken: false`). Messages are kept even when empty (`emptyDir: {}` is
-//! a setting; Go writes `{}` for empty structs too). Lists and map values are kept as they are.
+//! The decoder: a protobuf document into the JSON form the rest of the server works on.
 
 use serde_json::{Map, Value};
 
+use super::{MAGIC, body_message};
 use crate::api::object::b64_bytes;
-use crate::api::schema::{Field, Kind, MESSAGES, Message, Special, kind_message};
-
-/// The media type kubectl sends protobuf bodies with.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
-
-/// The 4-byte prefix of every Kubernetes protobuf document.
-const MAGIC: &[u8] = b"k8s\0";
+use crate::api::schema::{Field, Kind, MESSAGES, Message, Special};
 
 /// Nested messages deeper than this are refused (the served kinds nest far less).
 const MAX_DEPTH: usize = 64;
 
 /// Scalar fields that are Go pointers in the API types, so a `0` or `false` on the wire was set
 /// on purpose and must survive the conversion.
-const ZERO_IS_A_VALUE: &[&str] = &[
+pub(super) const ZERO_IS_A_VALUE: &[&str] = &[
     "replicas",
     "minReplicas",
     "parallelism",
@@ -145,7 +126,7 @@ fn decode_at(body: &[u8], depth: usize) -> Result<Value, DecodeError> {
     if api_version.is_empty() || kind.is_empty() {
         return Err(DecodeError::NoType);
     }
-    let idx = kind_message(&api_version, &kind).ok_or_else(|| DecodeError::UnknownKind {
+    let idx = body_message(&api_version, &kind).ok_or_else(|| DecodeError::UnknownKind {
         api_version: api_version.clone(),
         kind: kind.clone(),
     })?;
@@ -201,17 +182,39 @@ fn message(idx: usize, data: &[u8], depth: usize) -> Result<Value, DecodeError> 
             continue;
         }
         let v = scalar(msg, field, &field.kind, &mut r, wire, depth)?;
+        let merges = matches!(field.kind, Kind::Msg(i) if MESSAGES[i].special.is_none());
         if field.json.is_empty() {
             // Embedded Go struct: its fields are the parent's.
-            if let Value::Object(mut m) = v {
-                out.append(&mut m);
+            if let Value::Object(m) = v {
+                for (k, v) in m {
+                    merge_field(&mut out, k, v);
+                }
             }
+        } else if merges {
+            merge_field(&mut out, field.json.to_string(), v);
         } else {
             out.insert(field.json.to_string(), v);
         }
     }
     out.retain(|k, v| !omitted(k, v));
     Ok(Value::Object(out))
+}
+
+/// Sets a message field seen again the protobuf way: a message merges into the one before
+/// (its fields set again replace, its lists grow), where a scalar would replace it. Encoders
+/// may split a message so (the list encoder sends `metadata.resourceVersion` apart).
+fn merge_field(out: &mut Map<String, Value>, key: String, v: Value) {
+    match (out.get_mut(&key), v) {
+        (Some(Value::Object(old)), Value::Object(new)) => {
+            for (k, v) in new {
+                merge_field(old, k, v);
+            }
+        }
+        (Some(Value::Array(old)), Value::Array(new)) => old.extend(new),
+        (_, v) => {
+            out.insert(key, v);
+        }
+    }
 }
 
 /// Whether Go's JSON encoder would leave this (non-list) field out.
@@ -396,7 +399,7 @@ fn go_duration(nanos: i64) -> String {
 }
 
 /// A cursor over protobuf wire data.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
 }
@@ -478,4 +481,5 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+#[path = "decode_tests.rs"]
 mod tests;
