@@ -724,4 +724,33 @@ mod tests {
             "{s}"
         );
     }
+
+    /// Golden values from the real go-spew and apimachinery's Quantity over the same Go layout
+    /// (`controlplane/tools/check_hash.sh`): (template, hash, hash with collisionCount 1).
+    const GOLDEN: &[(&str, &str, &str)] = &[
+        (
+            r#"{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"web","image":"nginx:1"}],"restartPolicy":"Always"}}"#,
+            "6dd87b7645",
+            "75fdfd7548",
+        ),
+        (
+            r#"{"metadata":{"creationTimestamp":null,"labels":{"app":"nginx"}},"spec":{"containers":[{"image":"nginx","imagePullPolicy":"Always","name":"nginx","resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"dnsPolicy":"ClusterFirst","restartPolicy":"Always","schedulerName":"default-scheduler","securityContext":{},"terminationGracePeriodSeconds":30}}"#,
+            "5869d7778c",
+            "5dbdb99998",
+        ),
+        (
+            r#"{"metadata":{"labels":{"app":"api","tier":"be"},"annotations":{"checksum/config":"abc","kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}},"spec":{"volumes":[{"name":"cache","emptyDir":{"sizeLimit":"1Gi"}},{"name":"cfg","configMap":{"name":"api","defaultMode":420,"items":[{"key":"a","path":"a.conf"}]}}],"containers":[{"name":"api","image":"registry.local/api:1.4.3","args":["--port","8080"],"ports":[{"name":"http","containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"1"},{"name":"POD","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.name"}}}],"resources":{"limits":{"cpu":"1000m","memory":"512Mi"},"requests":{"cpu":"0.5","memory":"128Mi","ephemeral-storage":"2"}},"readinessProbe":{"httpGet":{"path":"/ready","port":"http","scheme":"HTTP"},"periodSeconds":5,"failureThreshold":3},"livenessProbe":{"tcpSocket":{"port":8080},"initialDelaySeconds":10},"securityContext":{"runAsNonRoot":true,"capabilities":{"drop":["ALL"]},"allowPrivilegeEscalation":false},"volumeMounts":[{"name":"cfg","mountPath":"/etc/api","readOnly":true}]}],"nodeSelector":{"pool":"prod"},"tolerations":[{"key":"pool","operator":"Equal","value":"prod","effect":"NoSchedule"},{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}],"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"podAffinityTerm":{"labelSelector":{"matchLabels":{"app":"api"}},"topologyKey":"kubernetes.io/hostname"}}]}},"terminationGracePeriodSeconds":45,"enableServiceLinks":false,"priority":0,"overhead":{"cpu":"100m","memory":"100Mi"}}}"#,
+            "85f544f954",
+            "5658cb764c",
+        ),
+    ];
+
+    #[test]
+    fn hashes_match_upstream_compute_hash() {
+        for (template, hash, with_collision) in GOLDEN {
+            let t: PodTemplateSpec = serde_json::from_str(template).expect("template");
+            assert_eq!(compute_hash(&t, None), *hash, "{template}");
+            assert_eq!(compute_hash(&t, Some(1)), *with_collision, "{template}");
+        }
+    }
 }
