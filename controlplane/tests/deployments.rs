@@ -400,6 +400,26 @@ fn a_control_plane_restart_mid_rollout_loses_nothing() {
         s.len() == 2 && s[1].1 != "0" && s[1].1 != "6"
     });
     c.restart_server();
+    // Until the rollout completes, never more than replicas + maxSurge pods that count (not
+    // terminating), and never a third ReplicaSet.
+    let t0 = Instant::now();
+    loop {
+        let active = pods_of(&c, "slow")
+            .iter()
+            .filter(|p| p.split_whitespace().nth(1).is_none())
+            .count();
+        assert!(active <= 7, "{active} pods for 6 replicas with maxSurge 1");
+        assert!(sets(&c, "slow").len() <= 2);
+        let status = c.jsonpath(
+            &["deploy", "slow"],
+            "{.status.updatedReplicas} {.status.availableReplicas} {.status.replicas}",
+        );
+        if status == "6 6 6" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90), "rollout stuck at {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     rollout_status(&c, "deployment/slow");
     let s = sets(&c, "slow");
     assert_eq!(s.len(), 2, "no extra revision: {s:?}");

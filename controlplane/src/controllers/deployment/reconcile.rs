@@ -370,8 +370,7 @@ pub fn create_failed(
 /// Two statuses are the same (counts absent and 0 alike).
 pub fn same_status(a: &DeploymentStatus, b: &DeploymentStatus) -> bool {
     let n = |v: Option<i32>| v.unwrap_or(0);
-    n(a.observed_generation.map(|g| g as i32)) == n(b.observed_generation.map(|g| g as i32))
-        && a.observed_generation == b.observed_generation
+    a.observed_generation.unwrap_or(0) == b.observed_generation.unwrap_or(0)
         && n(a.replicas) == n(b.replicas)
         && n(a.updated_replicas) == n(b.updated_replicas)
         && n(a.ready_replicas) == n(b.ready_replicas)
@@ -693,7 +692,7 @@ impl Sync {
         if let Some(n) = new
             && self.is_saturated(n)
         {
-            for i in old.to_vec() {
+            for &i in old {
                 if rs_replicas(&self.rss[i]) > 0 {
                     self.scale_and_record(i, 0);
                 }
@@ -785,7 +784,7 @@ impl Sync {
         if before == 0 {
             return 0;
         }
-        let size = f64::from(rs_replicas(rs) * max_now) / f64::from(before);
+        let size = f64::from(rs_replicas(rs)) * f64::from(max_now) / f64::from(before);
         let rounded = if size < 0.0 { size - 0.5 } else { size + 0.5 } as i32;
         rounded - rs_replicas(rs)
     }
@@ -911,7 +910,6 @@ impl Sync {
             unavailable_replicas: Some((total - available).max(0)),
             collision_count: current.collision_count,
             conditions: current.conditions.clone(),
-            ..DeploymentStatus::default()
         };
         let c = if available >= replicas_of(&self.d) - max_unavailable(&self.d) {
             new_condition(

@@ -394,7 +394,7 @@ fn a_paused_deployment_does_not_roll_out() {
         "reason": "NewReplicaSetAvailable", "lastUpdateTime": "2026-06-01T11:00:00Z", "lastTransitionTime": "2026-06-01T11:00:00Z"}]}}),
     );
     let old = with_annotations(&rs("nginx:1", 1, 3, 3, 60), 3, 4);
-    let p = plan(&d, &[old.clone()], &[], now());
+    let p = plan(&d, std::slice::from_ref(&old), &[], now());
     assert!(created(&p).is_none());
     assert!(updates(&p).is_empty());
     assert_eq!(
