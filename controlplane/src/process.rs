@@ -20,6 +20,12 @@ impl ServerProcess {
     /// its `serving on` banner.
     pub fn spawn(bin: &Path, data_dir: &Path, extra: &[&str]) -> std::io::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Self::spawn_on(bin, data_dir, port, extra)
+    }
+
+    /// Starts `bin serve` on the loopback port `port` (e.g. again on the port of a server that
+    /// was stopped, so that its clients reconnect).
+    pub fn spawn_on(bin: &Path, data_dir: &Path, port: u16, extra: &[&str]) -> std::io::Result<Self> {
         let mut child = Command::new(bin)
             .args(["serve", "--data-dir"])
             .arg(data_dir)
@@ -192,6 +198,7 @@ pub struct TestCluster {
     pub hollow: Vec<HollowProcess>,
     pub dir: tempfile::TempDir,
     bin: PathBuf,
+    serve_args: Vec<String>,
 }
 
 impl TestCluster {
@@ -205,6 +212,7 @@ impl TestCluster {
             hollow: Vec::new(),
             dir,
             bin: bin.to_path_buf(),
+            serve_args: serve_args.iter().map(|a| a.to_string()).collect(),
         };
         for (prefix, count, extra) in groups {
             c.add_nodes(prefix, *count, extra);
@@ -219,7 +227,30 @@ impl TestCluster {
             hollow: Vec::new(),
             dir,
             bin: bin.to_path_buf(),
+            serve_args: Vec::new(),
         }
+    }
+
+    /// Kills the control plane and starts it again on the same data directory and port (the
+    /// hollow nodes and kubectl reconnect). Panics when there is no server of this cluster.
+    pub fn restart_server(&mut self) {
+        let old = self.server.take().expect("a server started by this cluster");
+        let port = old.port;
+        drop(old);
+        let args: Vec<&str> = self.serve_args.iter().map(String::as_str).collect();
+        // The port was just freed; retry a little in case the kernel has not released it yet.
+        let t0 = Instant::now();
+        let server = loop {
+            match ServerProcess::spawn_on(&self.bin, self.dir.path(), port, &args) {
+                Ok(s) => break s,
+                Err(e) if t0.elapsed() < Duration::from_secs(10) => {
+                    tracing::debug!(error = %e, "restart: retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("restart controlplane: {e}"),
+            }
+        };
+        self.server = Some(server);
     }
 
     /// Starts another group of hollow nodes.

@@ -9,6 +9,7 @@
 //! controller's `reconcile` module, table-tested; the code around them only moves data. Events
 //! carry upstream's component names (`replicaset-controller`, ...).
 
+pub mod deployment;
 pub mod expectations;
 pub mod informer;
 pub mod podutil;
@@ -97,7 +98,10 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         client,
         cfg,
     };
-    let controllers: Vec<(&str, Running)> = vec![("replicaset", replicaset::controller(&mgr))];
+    let controllers: Vec<(&str, Running)> = vec![
+        ("replicaset", replicaset::controller(&mgr)),
+        ("deployment", deployment::controller(&mgr)),
+    ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
     let tasks: Vec<_> = controllers
