@@ -725,8 +725,9 @@ mod tests {
         );
     }
 
-    /// Golden values from the real go-spew and apimachinery's Quantity over the same Go layout
-    /// (`controlplane/tools/check_hash.sh`): (template, hash, hash with collisionCount 1).
+    /// Golden values printed once by upstream's ComputeHash (the real go-spew and apimachinery's
+    /// Quantity over the same Go layout, built outside this repository): (template, hash, hash
+    /// with collisionCount 1).
     const GOLDEN: &[(&str, &str, &str)] = &[
         (
             r#"{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"web","image":"nginx:1"}],"restartPolicy":"Always"}}"#,
