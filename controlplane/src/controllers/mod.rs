@@ -9,10 +9,14 @@
 //! controller's `reconcile` module, table-tested; the code around them only moves data. Events
 //! carry upstream's component names (`replicaset-controller`, ...).
 
+pub mod daemonset;
 pub mod expectations;
+pub mod history;
+pub mod index;
 pub mod informer;
 pub mod podutil;
 pub mod replicaset;
+pub mod statefulset;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -97,7 +101,11 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         client,
         cfg,
     };
-    let controllers: Vec<(&str, Running)> = vec![("replicaset", replicaset::controller(&mgr))];
+    let controllers: Vec<(&str, Running)> = vec![
+        ("replicaset", replicaset::controller(&mgr)),
+        ("statefulset", statefulset::controller(&mgr)),
+        ("daemonset", daemonset::controller(&mgr)),
+    ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
     let tasks: Vec<_> = controllers
