@@ -455,7 +455,10 @@ pub fn plan(
 
 /// The up-to-date and the old pod of one node; `None` when there is more than one of either
 /// (the manage step cleans that up first).
-fn new_and_old(pods: &[Arc<Pod>], hash: &str) -> Option<(Option<Arc<Pod>>, Option<Arc<Pod>>)> {
+/// The up-to-date and the old daemon pod of one node.
+type NewAndOld = (Option<Arc<Pod>>, Option<Arc<Pod>>);
+
+fn new_and_old(pods: &[Arc<Pod>], hash: &str) -> Option<NewAndOld> {
     let (mut new, mut old) = (None, None);
     for p in pods.iter().filter(|p| !terminating(p)) {
         let slot = if hash_of(p) == hash { &mut new } else { &mut old };
@@ -495,11 +498,10 @@ fn rolling_update(
         .filter(|n| should_run(pod_spec, n).0)
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    for n in by_node.keys() {
-        if !names.contains(n) {
-            names.push(n.clone());
-        }
-    }
+    let listed: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let mut extra: Vec<String> = by_node.keys().filter(|n| !listed.contains(*n)).cloned().collect();
+    extra.sort();
+    names.extend(extra);
     let empty = Vec::new();
     let available = |p: &Pod| is_available(p, min_ready, now);
     if max_surge == 0 {

@@ -295,7 +295,8 @@ async fn apply_revision_step(
             sorted.push(updated.clone());
             Ok(updated)
         }
-        RevisionStep::Create(mut rev) => {
+        RevisionStep::Create(rev) => {
+            let mut rev = *rev;
             let mut cc = set.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
             loop {
                 match api.create(&PostParams::default(), &rev).await {
@@ -394,7 +395,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
     match step {
         Step::CreateClaim { claim, pod } => {
             let c = claim.metadata.name.clone().unwrap_or_default();
-            match pvcs.create(&PostParams::default(), claim).await {
+            match pvcs.create(&PostParams::default(), &**claim).await {
                 Ok(_) => {
                     event(
                         Kind::Normal,
@@ -428,7 +429,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
         }
         Step::CreatePod(p) => {
             let pod = p.metadata.name.clone().unwrap_or_default();
-            match pods.create(&PostParams::default(), p).await {
+            match pods.create(&PostParams::default(), &**p).await {
                 Ok(_) => {
                     event(
                         Kind::Normal,

@@ -158,7 +158,7 @@ pub enum RevisionStep {
     /// An older revision holds it (a rollback): give it the next number.
     Renumber(Arc<ControllerRevision>, i64),
     /// New.
-    Create(ControllerRevision),
+    Create(Box<ControllerRevision>),
 }
 
 /// The patch a revision of `set` holds.
@@ -192,7 +192,7 @@ pub fn update_revision(set: &StatefulSet, sorted: &[Arc<ControllerRevision>]) ->
         (Some(e), _) => RevisionStep::Renumber((*e).clone(), next),
         (None, _) => {
             let cc = set.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
-            RevisionStep::Create(new_revision(set, next, cc))
+            RevisionStep::Create(Box::new(new_revision(set, next, cc)))
         }
     }
 }
@@ -281,10 +281,10 @@ pub fn claim_pods(set: &StatefulSet, candidates: &[Arc<Pod>]) -> Claims {
 pub enum Step {
     /// Create a missing claim of the pod `pod`.
     CreateClaim {
-        claim: PersistentVolumeClaim,
+        claim: Box<PersistentVolumeClaim>,
         pod: String,
     },
-    CreatePod(Pod),
+    CreatePod(Box<Pod>),
     DeletePod {
         name: String,
         uid: String,
@@ -551,7 +551,7 @@ pub fn plan(
             condemned.push((ord, p.clone()));
         }
     }
-    condemned.sort_by(|a, b| b.0.cmp(&a.0));
+    condemned.sort_by_key(|c| std::cmp::Reverse(c.0));
     let first_unhealthy: Option<String> = slots
         .iter()
         .enumerate()
@@ -590,7 +590,7 @@ pub fn plan(
                 let owners = claim_owners(set, &c, None, true);
                 c.metadata.owner_references = (!owners.is_empty()).then_some(owners);
                 steps.push(Step::CreateClaim {
-                    claim: c,
+                    claim: Box::new(c),
                     pod: pod_name(set, ord),
                 });
             }
@@ -605,7 +605,7 @@ pub fn plan(
                 (false, Some(part)) if ord < start + part => (&current_template, &current_name),
                 _ => (&update_template, &update_name),
             };
-            steps.push(Step::CreatePod(new_pod(set, template, revision, ord)));
+            steps.push(Step::CreatePod(Box::new(new_pod(set, template, revision, ord))));
             if monotonic {
                 return finish(set, plan, steps);
             }
