@@ -490,3 +490,100 @@ fn daemonset_tolerating_the_taint_runs_on_the_tainted_group_too() {
     );
     assert_eq!(pods_by_node(&c, "app=logs").len(), 3);
 }
+
+#[test]
+fn statefulset_on_delete_updates_only_pods_deleted_by_hand() {
+    let c = cluster(&[("node", 2, &[])]);
+    c.apply(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: kv\nspec:\n  serviceName: kv\n  replicas: 3\n  updateStrategy:\n    type: OnDelete\n  selector:\n    matchLabels:\n      app: kv\n  template:\n    metadata:\n      labels:\n        app: kv\n    spec:\n      containers:\n      - name: kv\n        image: kv:1\n",
+    );
+    c.wait_for(&["sts", "kv"], "{.status.readyReplicas}", |r| r == "3");
+    c.kubectl(&["set", "image", "sts/kv", "kv=kv:2"]);
+    c.wait_for(&["sts", "kv"], "{.status.observedGeneration}", |g| g == "2");
+    let (cur, upd) = (
+        c.jsonpath(&["sts", "kv"], "{.status.currentRevision}"),
+        c.jsonpath(&["sts", "kv"], "{.status.updateRevision}"),
+    );
+    assert_ne!(cur, upd);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(images(&c, "app=kv"), "kv-0=kv:1 kv-1=kv:1 kv-2=kv:1 ");
+    let old_uid = c.jsonpath(&["pod", "kv-1"], "{.metadata.uid}");
+    c.kubectl(&["delete", "pod", "kv-1"]);
+    c.wait_for(&["pod", "kv-1"], "{.metadata.uid}/{.status.phase}", |s| {
+        !s.starts_with(&old_uid) && s.ends_with("/Running")
+    });
+    assert_eq!(images(&c, "app=kv"), "kv-0=kv:1 kv-1=kv:2 kv-2=kv:1 ");
+    c.wait_for(&["sts", "kv"], "{.status.updatedReplicas}", |n| n == "1");
+    let (ok, _, err) = c.kubectl_result(&["rollout", "status", "sts/kv"], None);
+    assert!(
+        !ok && err.contains("rollout status is only available for RollingUpdate strategy type"),
+        "{err}"
+    );
+}
+
+#[test]
+fn daemonset_on_delete_and_surge_updates() {
+    let c = cluster(&[("node", 2, &[])]);
+    c.apply(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: od\nspec:\n  updateStrategy:\n    type: OnDelete\n  selector:\n    matchLabels:\n      app: od\n  template:\n    metadata:\n      labels:\n        app: od\n    spec:\n      containers:\n      - name: c\n        image: od:1\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: surge\nspec:\n  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate:\n      maxSurge: 1\n      maxUnavailable: 0\n  selector:\n    matchLabels:\n      app: surge\n  template:\n    metadata:\n      labels:\n        app: surge\n    spec:\n      containers:\n      - name: c\n        image: surge:1\n",
+    );
+    c.wait_for(&["ds", "od"], "{.status.numberReady}", |n| n == "2");
+    c.wait_for(&["ds", "surge"], "{.status.numberReady}", |n| n == "2");
+    // OnDelete: only a pod deleted by hand comes back with the new template.
+    c.kubectl(&["set", "image", "ds/od", "c=od:2"]);
+    c.wait_for(&["ds", "od"], "{.status.observedGeneration}", |g| g == "2");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(pods_by_node(&c, "app=od"), ["node-0=od:1", "node-1=od:1"]);
+    let on_node0 = c.jsonpath(
+        &["pods", "-l", "app=od", "--field-selector", "spec.nodeName=node-0"],
+        "{.items[0].metadata.name}",
+    );
+    c.kubectl(&["delete", "pod", &on_node0]);
+    wait_until("od:2 on node-0", || {
+        pods_by_node(&c, "app=od") == ["node-0=od:2", "node-1=od:1"]
+    });
+    c.wait_for(&["ds", "od"], "{.status.updatedNumberScheduled}", |n| n == "1");
+    // Surge: the new pod starts next to the old one; the old one goes once the new is available.
+    c.kubectl(&["set", "image", "ds/surge", "c=surge:2"]);
+    rollout_status(&c, "ds/surge");
+    wait_until("surge:2 everywhere", || {
+        pods_by_node(&c, "app=surge") == ["node-0=surge:2", "node-1=surge:2"]
+    });
+}
+
+/// Measurement (run with `--ignored --nocapture`): a DaemonSet over 1,000 hollow nodes and a
+/// 500-replica Parallel StatefulSet, from apply to all Ready.
+#[test]
+#[ignore]
+fn bench_daemonset_on_1000_nodes_and_parallel_statefulset() {
+    let c = cluster(&[("node", 1000, &["--max-pods", "250"])]);
+    let t0 = Instant::now();
+    c.apply(AGENT);
+    let t = Instant::now();
+    while c.jsonpath(&["ds", "agent"], "{.status.numberReady}") != "1000" {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "DaemonSet not ready in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "DaemonSet on 1000 nodes: all Ready in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let t0 = Instant::now();
+    c.apply(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: big\nspec:\n  serviceName: big\n  replicas: 500\n  podManagementPolicy: Parallel\n  selector:\n    matchLabels:\n      app: big\n  template:\n    metadata:\n      labels:\n        app: big\n    spec:\n      containers:\n      - name: c\n        image: big:1\n",
+    );
+    while c.jsonpath(&["sts", "big"], "{.status.readyReplicas}") != "500" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "StatefulSet not ready in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "Parallel StatefulSet of 500: all Ready in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}

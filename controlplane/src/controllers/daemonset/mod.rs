@@ -122,6 +122,7 @@ pub fn controller(mgr: &Manager) -> Running {
     // A node added, removed, relabelled, (un)tainted or changing condition: every set looks
     // again. Heartbeats and other status changes are ignored.
     let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let forget = seen.clone();
     let all_sets = sets.reader();
     let changed_nodes = nodes.subscribe().filter_map(move |n| {
         let name = n.metadata.name.clone().unwrap_or_default();
@@ -130,7 +131,11 @@ pub fn controller(mgr: &Manager) -> Running {
         let changed = seen.insert(name, fp) != Some(fp);
         futures::future::ready(changed.then_some(()))
     });
-    let removed_nodes = nodes.deletions().map(|_| ());
+    let removed_nodes = nodes.deletions().map(move |n| {
+        if let Some(name) = n.metadata.name.as_deref() {
+            forget.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        }
+    });
     let node_events = futures::stream::select(changed_nodes, removed_nodes).flat_map(move |()| {
         let refs: Vec<ObjectRef<DaemonSet>> = all_sets
             .state()
