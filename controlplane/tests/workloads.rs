@@ -559,6 +559,7 @@ fn bench_daemonset_on_1000_nodes_and_parallel_statefulset() {
     let c = cluster(&[("node", 1000, &["--max-pods", "250"])]);
     let t0 = Instant::now();
     c.apply(AGENT);
+    println!("apply took {:.1} s", t0.elapsed().as_secs_f64());
     let t = Instant::now();
     while c.jsonpath(&["ds", "agent"], "{.status.numberReady}") != "1000" {
         assert!(

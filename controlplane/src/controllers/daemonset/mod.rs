@@ -427,30 +427,27 @@ async fn create_pods(
         }))
         .await;
         let mut first_error = None;
+        let mut events = Vec::new();
         for r in results {
             match r {
                 Ok(created) => {
                     let name = created.metadata.name.unwrap_or_default();
                     ctx.expectations.created(&uid, &name);
-                    ctx.recorder
-                        .record(
-                            involved,
-                            Kind::Normal,
-                            "SuccessfulCreate",
-                            "Create",
-                            &format!("Created pod: {name}"),
-                        )
-                        .await;
+                    events.push((Kind::Normal, "SuccessfulCreate", format!("Created pod: {name}")));
                 }
                 Err(e) => {
                     let msg = format!("Error creating: {}", api_message(&e));
-                    ctx.recorder
-                        .record(involved, Kind::Warning, "FailedCreate", "Create", &msg)
-                        .await;
+                    events.push((Kind::Warning, "FailedCreate", msg.clone()));
                     first_error.get_or_insert(msg);
                 }
             }
         }
+        futures::future::join_all(
+            events
+                .iter()
+                .map(|(kind, reason, msg)| ctx.recorder.record(involved, *kind, reason, "Create", msg)),
+        )
+        .await;
         if let Some(e) = first_error {
             return Err(e);
         }
