@@ -10,10 +10,14 @@
 //! carry upstream's component names (`replicaset-controller`, ...).
 
 pub mod deployment;
+pub mod daemonset;
 pub mod expectations;
+pub mod history;
+pub mod index;
 pub mod informer;
 pub mod podutil;
 pub mod replicaset;
+pub mod statefulset;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -101,6 +105,8 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
     let controllers: Vec<(&str, Running)> = vec![
         ("replicaset", replicaset::controller(&mgr)),
         ("deployment", deployment::controller(&mgr)),
+        ("statefulset", statefulset::controller(&mgr)),
+        ("daemonset", daemonset::controller(&mgr)),
     ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");

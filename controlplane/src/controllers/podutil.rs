@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Not finished (Succeeded/Failed) and not being deleted: the pods a controller counts.
 pub fn is_active(p: &Pod) -> bool {
@@ -86,6 +87,26 @@ pub fn pod_from_template(
     }
 }
 
+/// An int-or-percent of `total` (upstream's `GetScaledValueFromIntOrPercent`): percentages round
+/// up or down as asked; an unparsable value is 0.
+pub fn scaled_value(v: &IntOrString, total: i32, round_up: bool) -> i32 {
+    match v {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => {
+            let Some(pct) = s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) else {
+                return 0;
+            };
+            let x = pct * i64::from(total);
+            let v = if round_up {
+                (x + 99).div_euclid(100)
+            } else {
+                x.div_euclid(100)
+            };
+            i32::try_from(v).unwrap_or(0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +128,13 @@ mod tests {
         assert!(!is_available(&unready, 0, t0));
         let done = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Succeeded"}}));
         assert!(!is_active(&done));
+    }
+
+    #[test]
+    fn int_or_percent_scaling() {
+        assert_eq!(scaled_value(&IntOrString::Int(2), 10, false), 2);
+        assert_eq!(scaled_value(&IntOrString::String("25%".into()), 10, true), 3);
+        assert_eq!(scaled_value(&IntOrString::String("25%".into()), 10, false), 2);
+        assert_eq!(scaled_value(&IntOrString::String("x".into()), 10, false), 0);
     }
 }

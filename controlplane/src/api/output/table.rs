@@ -105,6 +105,32 @@ fn columns(r: &Resource) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("apps", "statefulsets") => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+        ],
+        ("apps", "daemonsets") => vec![
+            col("Name", "string", 0),
+            col("Desired", "integer", 0),
+            col("Current", "integer", 0),
+            col("Ready", "integer", 0),
+            col("Up-to-date", "integer", 0),
+            col("Available", "integer", 0),
+            col("Node Selector", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        ("apps", "controllerrevisions") => vec![
+            col("Name", "string", 0),
+            col("Controller", "string", 0),
+            col("Revision", "integer", 0),
+            col("Age", "string", 0),
+        ],
         ("", "componentstatuses") => vec![
             col("Name", "string", 0),
             col("Status", "string", 0),
@@ -134,6 +160,66 @@ fn columns(r: &Resource) -> Vec<Column> {
         ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
+}
+
+/// `k=v,k2=v2` of a string map, `<none>` when empty (upstream's `labels.FormatLabels`).
+fn format_labels(m: &Value) -> String {
+    let pairs: Vec<String> = m
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    if pairs.is_empty() {
+        "<none>".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
+/// A label selector as kubectl prints it (upstream's `FormatLabelSelector`).
+fn format_selector(sel: &Value) -> String {
+    let mut parts: Vec<String> = sel["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = s(&e["key"]);
+        let values: Vec<String> = e["values"].as_array().into_iter().flatten().map(s).collect();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key,
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({})", values.join(",")),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The CONTAINERS and IMAGES cells of a pod template.
+fn template_containers(template: &Value) -> (String, String) {
+    let containers = template["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names = containers
+        .iter()
+        .map(|c| s(&c["name"]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let images = containers
+        .iter()
+        .map(|c| s(&c["image"]))
+        .collect::<Vec<_>>()
+        .join(",");
+    (names, images)
 }
 
 fn s(v: &Value) -> String {
@@ -484,6 +570,64 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
             json!(obj["status"]["attached"].as_bool().unwrap_or(false)),
             json!(created),
         ],
+        ("apps", "statefulsets") => {
+            let (names, images) = template_containers(&obj["spec"]["template"]);
+            vec![
+                name,
+                json!(format!(
+                    "{}/{}",
+                    i(&obj["status"]["readyReplicas"]),
+                    obj["spec"]["replicas"].as_i64().unwrap_or(1)
+                )),
+                json!(created),
+                json!(names),
+                json!(images),
+            ]
+        }
+        ("apps", "daemonsets") => {
+            let st = &obj["status"];
+            let (names, images) = template_containers(&obj["spec"]["template"]);
+            vec![
+                name,
+                json!(i(&st["desiredNumberScheduled"])),
+                json!(i(&st["currentNumberScheduled"])),
+                json!(i(&st["numberReady"])),
+                json!(i(&st["updatedNumberScheduled"])),
+                json!(i(&st["numberAvailable"])),
+                json!(format_labels(&obj["spec"]["template"]["spec"]["nodeSelector"])),
+                json!(created),
+                json!(names),
+                json!(images),
+                json!(format_selector(&obj["spec"]["selector"])),
+            ]
+        }
+        ("apps", "controllerrevisions") => {
+            let controller = obj["metadata"]["ownerReferences"]
+                .as_array()
+                .and_then(|refs| refs.iter().find(|r| r["controller"] == true))
+                .map_or_else(
+                    || "<none>".to_string(),
+                    |r| {
+                        let group = s(&r["apiVersion"])
+                            .rsplit_once('/')
+                            .map(|(g, _)| g.to_string())
+                            .unwrap_or_default();
+                        let kind = s(&r["kind"]).to_lowercase();
+                        let gk = if group.is_empty() {
+                            kind
+                        } else {
+                            format!("{kind}.{group}")
+                        };
+                        format!("{gk}/{}", s(&r["name"]))
+                    },
+                );
+            vec![
+                name,
+                json!(controller),
+                json!(i(&obj["revision"])),
+                json!(created),
+            ]
+        }
         _ => vec![name, json!(created)],
     }
 }
@@ -556,5 +700,47 @@ mod tests {
         let mut t = p(json!({"phase": "Running"}));
         t["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         assert_eq!(pod_status(&t), "Terminating");
+    }
+
+    fn res(plural: &str) -> &'static Resource {
+        crate::api::registry::RESOURCES
+            .iter()
+            .find(|r| r.group == "apps" && r.plural == plural)
+            .expect("resource")
+    }
+
+    #[test]
+    fn workload_rows_as_kubectl_prints_them() {
+        let now = SystemTime::now();
+        let sts = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3,
+            "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]}}},
+            "status": {"readyReplicas": 2}});
+        let row = cells(res("statefulsets"), &sts, now);
+        assert_eq!(
+            (&row[1], &row[3], &row[4]),
+            (&json!("2/3"), &json!("nginx"), &json!("nginx:1"))
+        );
+        let ds = json!({"metadata": {"name": "agent"}, "spec": {
+            "selector": {"matchLabels": {"app": "agent"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]},
+            "template": {"spec": {"nodeSelector": {"disk": "ssd"}, "containers": [{"name": "a", "image": "busybox"}]}}},
+            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 2,
+                       "updatedNumberScheduled": 3, "numberAvailable": 2}});
+        let row = cells(res("daemonsets"), &ds, now);
+        assert_eq!(
+            &row[1..7],
+            &[
+                json!(3),
+                json!(3),
+                json!(2),
+                json!(3),
+                json!(2),
+                json!("disk=ssd")
+            ]
+        );
+        assert_eq!(row[10], json!("app=agent,tier in (a,b)"));
+        let cr = json!({"metadata": {"name": "web-5d9f8c7b6", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u", "controller": true}]}, "revision": 2});
+        let row = cells(res("controllerrevisions"), &cr, now);
+        assert_eq!((&row[1], &row[2]), (&json!("statefulset.apps/web"), &json!(2)));
     }
 }
