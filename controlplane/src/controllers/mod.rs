@@ -11,6 +11,8 @@
 
 pub mod expectations;
 pub mod informer;
+pub mod job;
+pub mod owned;
 pub mod podutil;
 pub mod replicaset;
 
@@ -97,7 +99,10 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         client,
         cfg,
     };
-    let controllers: Vec<(&str, Running)> = vec![("replicaset", replicaset::controller(&mgr))];
+    let controllers: Vec<(&str, Running)> = vec![
+        ("replicaset", replicaset::controller(&mgr)),
+        ("job", job::controller(&mgr)),
+    ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
     let tasks: Vec<_> = controllers
