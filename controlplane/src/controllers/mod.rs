@@ -15,6 +15,7 @@ pub mod job;
 pub mod owned;
 pub mod podutil;
 pub mod replicaset;
+pub mod ttlafterfinished;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -102,6 +103,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
     let controllers: Vec<(&str, Running)> = vec![
         ("replicaset", replicaset::controller(&mgr)),
         ("job", job::controller(&mgr)),
+        ("ttl-after-finished", ttlafterfinished::controller(&mgr)),
     ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");

@@ -301,6 +301,16 @@ async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
         Err(Skip::Finished) => return finished(job, ctx, &pods).await,
     };
     let actions = s.decide(satisfied);
+    tracing::debug!(
+        job = %key,
+        pods = pods.len(),
+        satisfied,
+        create = actions.create.len(),
+        delete = actions.delete.len(),
+        finishing = actions.delete_keeping_finalizer.len(),
+        status = ?s.job.status,
+        "decided"
+    );
     let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
     let mut first_error: Option<SyncError> = None;
     // A finishing Job's active pods go, keeping their finalizers until counted.
@@ -485,6 +495,14 @@ async fn write_status(ctx: &Ctx, s: &mut Sync) -> Result<(), SyncError> {
     let written = api
         .replace_status(s.job.metadata.name.as_deref().unwrap_or_default(), &PostParams::default(), body)
         .await?;
+    tracing::debug!(
+        job = %key_of(&s.job),
+        from = ?s.job.metadata.resource_version,
+        to = ?written.metadata.resource_version,
+        succeeded = ?written.status.as_ref().and_then(|st| st.succeeded),
+        uncounted = ?written.status.as_ref().and_then(|st| st.uncounted_terminated_pods.clone()),
+        "status written"
+    );
     s.job.metadata.resource_version = written.metadata.resource_version;
     Ok(())
 }
