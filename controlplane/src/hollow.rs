@@ -269,7 +269,11 @@ impl Fleet {
             // A pod that finalizers keep after its containers stopped shows the terminal phase,
             // as the kubelet reports it (the Job controller waits for it with
             // podReplacementPolicy Failed).
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default();
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default();
             if meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
                 && !matches!(phase, "Succeeded" | "Failed")
             {
@@ -277,10 +281,17 @@ impl Fleet {
                     .status
                     .as_ref()
                     .and_then(|s| s.start_time.as_ref())
-                    .map_or_else(|| kcore::time::unix_seconds(SystemTime::now()), |t| t.0.timestamp());
+                    .map_or_else(
+                        || kcore::time::unix_seconds(SystemTime::now()),
+                        |t| t.0.timestamp(),
+                    );
                 let status = pod_status(&pod, i, "Failed", 143, started);
                 if let Err(e) = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"status": status})),
+                    )
                     .await
                 {
                     tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "terminal status not written");

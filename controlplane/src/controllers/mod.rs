@@ -9,6 +9,7 @@
 //! controller's `reconcile` module, table-tested; the code around them only moves data. Events
 //! carry upstream's component names (`replicaset-controller`, ...).
 
+pub mod cronjob;
 pub mod expectations;
 pub mod informer;
 pub mod job;
@@ -103,6 +104,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
     let controllers: Vec<(&str, Running)> = vec![
         ("replicaset", replicaset::controller(&mgr)),
         ("job", job::controller(&mgr)),
+        ("cronjob", cronjob::controller(&mgr)),
         ("ttl-after-finished", ttlafterfinished::controller(&mgr)),
     ];
     mgr.informers.start();

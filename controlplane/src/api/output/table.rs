@@ -182,12 +182,7 @@ fn format_label_selector(sel: &Value) -> String {
     }
     for e in sel["matchExpressions"].as_array().into_iter().flatten() {
         let key = s(&e["key"]);
-        let mut values: Vec<String> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(s)
-            .collect();
+        let mut values: Vec<String> = e["values"].as_array().into_iter().flatten().map(s).collect();
         values.sort();
         let text = match e["operator"].as_str().unwrap_or_default() {
             "In" => format!("{key} in ({})", values.join(",")),
@@ -220,8 +215,16 @@ fn seconds_between(from: &Value, until: Option<&Value>, now: SystemTime) -> Opti
 /// The CONTAINERS and IMAGES cells of a pod spec.
 fn container_cells(pod_spec: &Value) -> (String, String) {
     let containers = pod_spec["containers"].as_array().cloned().unwrap_or_default();
-    let names = containers.iter().map(|c| s(&c["name"])).collect::<Vec<_>>().join(",");
-    let images = containers.iter().map(|c| s(&c["image"])).collect::<Vec<_>>().join(",");
+    let names = containers
+        .iter()
+        .map(|c| s(&c["name"]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let images = containers
+        .iter()
+        .map(|c| s(&c["image"]))
+        .collect::<Vec<_>>()
+        .join(",");
     (names, images)
 }
 
@@ -535,9 +538,13 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                     _ => format!("{succeeded}/1"),
                 },
             };
-            let duration = seconds_between(&st["startTime"], Some(&st["completionTime"]).filter(|v| !v.is_null()), now)
-                .map(human_duration)
-                .unwrap_or_default();
+            let duration = seconds_between(
+                &st["startTime"],
+                Some(&st["completionTime"]).filter(|v| !v.is_null()),
+                now,
+            )
+            .map(human_duration)
+            .unwrap_or_default();
             let (names, images) = container_cells(&spec["template"]["spec"]);
             let created = seconds_between(&obj["metadata"]["creationTimestamp"], None, now)
                 .map_or_else(|| "<unknown>".to_string(), human_duration);
@@ -651,13 +658,24 @@ mod tests {
                        "conditions": [{"type": "Complete", "status": "True"}]}});
         assert_eq!(
             cells(res("jobs"), &job, now),
-            [json!("pi"), json!("Complete"), json!("3/3"), json!("31s"), json!("5m"),
-             json!("pi"), json!("perl"), json!("a=1,b=2")]
+            [
+                json!("pi"),
+                json!("Complete"),
+                json!("3/3"),
+                json!("31s"),
+                json!("5m"),
+                json!("pi"),
+                json!("perl"),
+                json!("a=1,b=2")
+            ]
         );
         let running = json!({"metadata": {"name": "w"}, "spec": {"parallelism": 4},
             "status": {"startTime": at(263), "conditions": [{"type": "FailureTarget", "status": "True"}]}});
         let row = cells(res("jobs"), &running, now);
-        assert_eq!(row[1..4], [json!("FailureTarget"), json!("0/1 of 4"), json!("4m23s")]);
+        assert_eq!(
+            row[1..4],
+            [json!("FailureTarget"), json!("0/1 of 4"), json!("4m23s")]
+        );
         assert_eq!(row[7], json!("<none>"));
         let cj = json!({"metadata": {"name": "report", "creationTimestamp": at(164)},
             "spec": {"schedule": "*/1 * * * *", "suspend": false,
@@ -665,7 +683,15 @@ mod tests {
             "status": {"lastScheduleTime": at(14), "active": [{"name": "report-1"}]}});
         assert_eq!(
             cells(res("cronjobs"), &cj, now)[..7],
-            [json!("report"), json!("*/1 * * * *"), json!("<none>"), json!("False"), json!(1), json!("14s"), json!("2m44s")]
+            [
+                json!("report"),
+                json!("*/1 * * * *"),
+                json!("<none>"),
+                json!("False"),
+                json!(1),
+                json!("14s"),
+                json!("2m44s")
+            ]
         );
     }
 

@@ -210,7 +210,10 @@ async fn clean_orphans(
 }
 
 async fn remove_finalizer(client: &kube::Client, pod: &Pod) -> Result<(), kube::Error> {
-    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+    let api: kube::Api<Pod> = kube::Api::namespaced(
+        client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}});
     match api
         .patch(
@@ -311,10 +314,19 @@ async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
         status = ?s.job.status,
         "decided"
     );
-    let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
+    let api: kube::Api<Pod> = kube::Api::namespaced(
+        ctx.client.clone(),
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let mut first_error: Option<SyncError> = None;
     // A finishing Job's active pods go, keeping their finalizers until counted.
-    let finishing = futures::future::join_all(actions.delete_keeping_finalizer.iter().map(|p| delete_pod(&api, p))).await;
+    let finishing = futures::future::join_all(
+        actions
+            .delete_keeping_finalizer
+            .iter()
+            .map(|p| delete_pod(&api, p)),
+    )
+    .await;
     let all_finishing_deleted = finishing.iter().all(Result::is_ok);
     for (p, r) in actions.delete_keeping_finalizer.iter().zip(finishing) {
         record_delete(ctx, &involved, p, r, &mut first_error).await;
@@ -330,7 +342,8 @@ async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
     for (p, r) in actions.delete.iter().zip(removed) {
         if r.is_ok() {
             // Registered after the fact: a pod the cache shows deleted already fulfils it.
-            ctx.expectations.deleted(&uid, p.metadata.uid.as_deref().unwrap_or_default());
+            ctx.expectations
+                .deleted(&uid, p.metadata.uid.as_deref().unwrap_or_default());
         }
         record_delete(ctx, &involved, p, r, &mut first_error).await;
     }
@@ -357,8 +370,13 @@ async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
             .filter_map(|p| p.metadata.uid.clone())
             .collect();
         ctx.finalizers.expect(&uid, uids);
-        let results =
-            futures::future::join_all(flush.remove_finalizers.iter().map(|p| remove_finalizer(&ctx.client, p))).await;
+        let results = futures::future::join_all(
+            flush
+                .remove_finalizers
+                .iter()
+                .map(|p| remove_finalizer(&ctx.client, p)),
+        )
+        .await;
         for (p, r) in flush.remove_finalizers.iter().zip(results) {
             let pod_uid = p.metadata.uid.clone().unwrap_or_default();
             match r {
@@ -406,7 +424,10 @@ async fn delete_pod(api: &kube::Api<Pod>, p: &Pod) -> Result<(), kube::Error> {
         }),
         ..DeleteParams::default()
     };
-    match api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp).await {
+    match api
+        .delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
@@ -424,12 +445,24 @@ async fn record_delete(
     match r {
         Ok(()) => {
             ctx.recorder
-                .record(involved, Kind::Normal, "SuccessfulDelete", "Delete", &format!("Deleted pod: {name}"))
+                .record(
+                    involved,
+                    Kind::Normal,
+                    "SuccessfulDelete",
+                    "Delete",
+                    &format!("Deleted pod: {name}"),
+                )
                 .await;
         }
         Err(e) => {
             ctx.recorder
-                .record(involved, Kind::Warning, "FailedDelete", "Delete", &format!("Error deleting: {e}"))
+                .record(
+                    involved,
+                    Kind::Warning,
+                    "FailedDelete",
+                    "Delete",
+                    &format!("Error deleting: {e}"),
+                )
                 .await;
             first_error.get_or_insert(e.into());
         }
@@ -461,7 +494,13 @@ async fn create_pods(
                     let name = created.metadata.name.unwrap_or_default();
                     ctx.expectations.created(&uid, &name);
                     ctx.recorder
-                        .record(involved, Kind::Normal, "SuccessfulCreate", "Create", &format!("Created pod: {name}"))
+                        .record(
+                            involved,
+                            Kind::Normal,
+                            "SuccessfulCreate",
+                            "Create",
+                            &format!("Created pod: {name}"),
+                        )
                         .await;
                 }
                 Err(e) => {
@@ -471,7 +510,13 @@ async fn create_pods(
                         other => other.to_string(),
                     };
                     ctx.recorder
-                        .record(involved, Kind::Warning, "FailedCreate", "Create", &format!("Error creating: {msg}"))
+                        .record(
+                            involved,
+                            Kind::Warning,
+                            "FailedCreate",
+                            "Create",
+                            &format!("Error creating: {msg}"),
+                        )
                         .await;
                     first_error.get_or_insert(e.into());
                 }
@@ -490,10 +535,17 @@ async fn create_pods(
 /// Writes `s.job`'s status (PUT /status with its resourceVersion: a stale cache gets 409 and
 /// the sync is retried) and keeps the new resourceVersion for the next write.
 async fn write_status(ctx: &Ctx, s: &mut Sync) -> Result<(), SyncError> {
-    let api: kube::Api<Job> = kube::Api::namespaced(ctx.client.clone(), s.job.metadata.namespace.as_deref().unwrap_or_default());
+    let api: kube::Api<Job> = kube::Api::namespaced(
+        ctx.client.clone(),
+        s.job.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let body = serde_json::to_vec(&s.job)?;
     let written = api
-        .replace_status(s.job.metadata.name.as_deref().unwrap_or_default(), &PostParams::default(), body)
+        .replace_status(
+            s.job.metadata.name.as_deref().unwrap_or_default(),
+            &PostParams::default(),
+            body,
+        )
         .await?;
     tracing::debug!(
         job = %key_of(&s.job),

@@ -187,7 +187,11 @@ pub fn match_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Ver
 
 /// The successPolicy rule met by the succeeded indexes, as the condition message
 /// (`Matched rules at index N`).
-pub fn match_success_policy(policy: Option<&SuccessPolicy>, completions: i32, succeeded: &Intervals) -> Option<String> {
+pub fn match_success_policy(
+    policy: Option<&SuccessPolicy>,
+    completions: i32,
+    succeeded: &Intervals,
+) -> Option<String> {
     let policy = policy?;
     if succeeded.is_empty() {
         return None;

@@ -26,8 +26,8 @@ use super::indexes::Intervals;
 use super::policy::{
     Action, BackoffRecord, COMPLETION_INDEX, INDEX_FAILURE_COUNT, INDEX_IGNORED_FAILURE_COUNT,
     TRACKING_FINALIZER, backoff_remaining, completion_index, finished_at, has_finalizer,
-    index_absolute_failure_count, index_failure_count, is_pod_failed, is_terminating,
-    match_failure_policy, match_success_policy, only_replace_failed, phase, uid,
+    index_absolute_failure_count, index_failure_count, is_pod_failed, is_terminating, match_failure_policy,
+    match_success_policy, only_replace_failed, phase, uid,
 };
 use crate::controllers::podutil::{controller_owner, is_active, is_ready, ready_since};
 use crate::events::Kind;
@@ -138,9 +138,7 @@ fn ensure(
     now: DateTime<Utc>,
 ) -> bool {
     if let Some(c) = conds.iter_mut().find(|c| c.type_ == type_) {
-        if c.status != status
-            || c.reason.as_deref() != Some(reason)
-            || c.message.as_deref() != Some(message)
+        if c.status != status || c.reason.as_deref() != Some(reason) || c.message.as_deref() != Some(message)
         {
             *c = condition(type_, status, reason, message, now);
             return true;
@@ -157,9 +155,7 @@ fn ensure(
 /// `Complete` or `Failed` if the Job finished.
 pub fn finished_type(job: &Job) -> Option<&'static str> {
     let conds = job.status.as_ref()?.conditions.as_deref()?;
-    ["Complete", "Failed"]
-        .into_iter()
-        .find(|t| is_true(conds, t))
+    ["Complete", "Failed"].into_iter().find(|t| is_true(conds, t))
 }
 
 /// When the Job finished (its Complete/Failed condition's transition).
@@ -229,13 +225,17 @@ impl Sync {
         if let Some(m) = spec.managed_by.as_deref().filter(|m| *m != MANAGED_BY) {
             return Err(Skip::ManagedElsewhere(m.into()));
         }
-        if !matches!(spec.completion_mode.as_deref(), None | Some("NonIndexed" | "Indexed")) {
+        if !matches!(
+            spec.completion_mode.as_deref(),
+            None | Some("NonIndexed" | "Indexed")
+        ) {
             return Err(Skip::UnknownCompletionMode);
         }
         let mut job = job.clone();
         let status = job.status.get_or_insert_with(JobStatus::default);
         let uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
-        let uncounted_succeeded: HashSet<String> = uncounted.succeeded.unwrap_or_default().into_iter().collect();
+        let uncounted_succeeded: HashSet<String> =
+            uncounted.succeeded.unwrap_or_default().into_iter().collect();
         let uncounted_failed: HashSet<String> = uncounted.failed.unwrap_or_default().into_iter().collect();
         let active: Vec<Arc<Pod>> = pods.iter().filter(|p| is_active(p)).cloned().collect();
         let terminating = pods.iter().filter(|p| is_terminating(p)).count() as i32;
@@ -278,7 +278,8 @@ impl Sync {
             .filter(|p| match_failure_policy(policy, p).counts)
             .count() as i32;
         let st = s.status();
-        let succeeded = st.succeeded.unwrap_or(0) + new_succeeded.len() as i32 + s.uncounted_succeeded.len() as i32;
+        let succeeded =
+            st.succeeded.unwrap_or(0) + new_succeeded.len() as i32 + s.uncounted_succeeded.len() as i32;
         let failed = st.failed.unwrap_or(0) + counted_failures + s.uncounted_failed.len() as i32;
         let new_backoff = backoff.after(&new_succeeded, &new_failed);
         s.succeeded = succeeded;
@@ -305,18 +306,18 @@ impl Sync {
 
     /// Pods still holding the finalizer, not in `uncounted`, not expected to lose the finalizer,
     /// and (Indexed) with a valid index: finished pods not yet accounted for.
-    fn valid_uncounted_pods<'a>(&'a self, uncounted: &'a HashSet<String>) -> impl Iterator<Item = &'a Pod> + 'a {
+    fn valid_uncounted_pods<'a>(
+        &'a self,
+        uncounted: &'a HashSet<String>,
+    ) -> impl Iterator<Item = &'a Pod> + 'a {
         let indexed = is_indexed(&self.job);
         let completions = self.completions();
-        self.pods
-            .iter()
-            .map(|p| &**p)
-            .filter(move |p| {
-                has_finalizer(p)
-                    && !uncounted.contains(uid(p))
-                    && !self.expected_rm.contains(uid(p))
-                    && (!indexed || completion_index(p).is_some_and(|i| i < completions))
-            })
+        self.pods.iter().map(|p| &**p).filter(move |p| {
+            has_finalizer(p)
+                && !uncounted.contains(uid(p))
+                && !self.expected_rm.contains(uid(p))
+                && (!indexed || completion_index(p).is_some_and(|i| i < completions))
+        })
     }
 
     fn failure(&self, reason: &str, message: &str) -> JobCondition {
@@ -334,7 +335,9 @@ impl Sync {
             self.status_mut().start_time = Some(Time(self.now));
         }
         let conds = self.status().conditions.clone().unwrap_or_default();
-        self.finished = find(&conds, "SuccessCriteriaMet").filter(|c| c.status == "True").cloned();
+        self.finished = find(&conds, "SuccessCriteriaMet")
+            .filter(|c| c.status == "True")
+            .cloned();
         if self.finished.is_none() {
             if let Some(target) = find(&conds, "FailureTarget").filter(|c| c.status == "True") {
                 self.finished = Some(condition(
@@ -423,7 +426,12 @@ impl Sync {
             let active = (self.active_count > 0).then_some(self.active_count);
             self.status_mut().active = active;
         }
-        if !all_finishing_deletes_done && self.finished.as_ref().is_some_and(|c| c.type_ != "SuccessCriteriaMet") {
+        if !all_finishing_deletes_done
+            && self
+                .finished
+                .as_ref()
+                .is_some_and(|c| c.type_ != "SuccessCriteriaMet")
+        {
             self.finished = None;
         }
     }
@@ -460,7 +468,11 @@ impl Sync {
             })
             .map(|c| c.restart_count)
             .sum();
-        if limit == 0 { restarts > 0 } else { restarts >= limit }
+        if limit == 0 {
+            restarts > 0
+        } else {
+            restarts >= limit
+        }
     }
 
     /// Time left before activeDeadlineSeconds (None without a deadline, or while suspended).
@@ -479,7 +491,8 @@ impl Sync {
     fn index_counts(&mut self) {
         let completions = self.completions();
         let st = self.status().clone();
-        self.prev_succeeded_ix = Intervals::parse(st.completed_indexes.as_deref().unwrap_or_default(), completions);
+        self.prev_succeeded_ix =
+            Intervals::parse(st.completed_indexes.as_deref().unwrap_or_default(), completions);
         let mut new: Vec<i32> = self
             .pods
             .iter()
@@ -511,7 +524,9 @@ impl Sync {
                         "MaxFailedIndexesExceeded",
                         "Job has exceeded the specified maximal number of failed indexes",
                     ));
-                } else if failed_ix.total() > 0 && failed_ix.total() + self.succeeded_ix.total() >= completions {
+                } else if failed_ix.total() > 0
+                    && failed_ix.total() + self.succeeded_ix.total() >= completions
+                {
                     self.finished = Some(self.failure("FailedIndexes", "Job has failed indexes"));
                 }
             }
@@ -522,7 +537,13 @@ impl Sync {
             && let Some(message) =
                 match_success_policy(spec.success_policy.as_ref(), completions, &self.succeeded_ix)
         {
-            self.finished = Some(condition("SuccessCriteriaMet", "True", "SuccessPolicy", &message, self.now));
+            self.finished = Some(condition(
+                "SuccessCriteriaMet",
+                "True",
+                "SuccessPolicy",
+                &message,
+                self.now,
+            ));
         }
     }
 
@@ -532,7 +553,10 @@ impl Sync {
         if !is_pod_failed(p, &self.job) {
             return false;
         }
-        let verdict = match_failure_policy(self.job.spec.as_ref().and_then(|s| s.pod_failure_policy.as_ref()), p);
+        let verdict = match_failure_policy(
+            self.job.spec.as_ref().and_then(|s| s.pod_failure_policy.as_ref()),
+            p,
+        );
         if verdict.action == Some(Action::FailIndex) {
             return true;
         }
@@ -659,7 +683,11 @@ impl Sync {
     fn index_backoff_left(&self, ix: i32) -> Duration {
         match self.delayed.get(&ix) {
             None => Duration::ZERO,
-            Some(p) => backoff_remaining(index_absolute_failure_count(p) + 1, Some(finished_at(p)), self.now),
+            Some(p) => backoff_remaining(
+                index_absolute_failure_count(p) + 1,
+                Some(finished_at(p)),
+                self.now,
+            ),
         }
     }
 
@@ -753,7 +781,9 @@ impl Sync {
         if suspended {
             if ensure(conds, "Suspended", "True", "JobSuspended", "Job suspended", now) {
                 self.dirty = true;
-                actions.events.push(event(Kind::Normal, "Suspended", "Job suspended"));
+                actions
+                    .events
+                    .push(event(Kind::Normal, "Suspended", "Job suspended"));
             }
         } else if ensure(conds, "Suspended", "False", "JobResumed", "Job resumed", now) {
             self.dirty = true;
@@ -788,9 +818,16 @@ impl Sync {
             pods.sort_by_key(|p| completion_index(p).map_or(-1, i64::from));
         }
         let policy = self.job.spec.as_ref().and_then(|s| s.pod_failure_policy.clone());
-        let failing = self.finished.as_ref().is_some_and(|c| c.type_ != "SuccessCriteriaMet");
+        let failing = self
+            .finished
+            .as_ref()
+            .is_some_and(|c| c.type_ != "SuccessCriteriaMet");
         let mut new_succeeded_ix: Vec<i32> = Vec::new();
-        let mut uncounted = self.status().uncounted_terminated_pods.clone().unwrap_or_default();
+        let mut uncounted = self
+            .status()
+            .uncounted_terminated_pods
+            .clone()
+            .unwrap_or_default();
         let mut unc_succeeded = uncounted.succeeded.take().unwrap_or_default();
         let mut unc_failed = uncounted.failed.take().unwrap_or_default();
         for p in &pods {
@@ -856,14 +893,26 @@ impl Sync {
                 "FailureTarget" => {
                     conds.push(c.clone());
                     flush.write_status = true;
-                    self.finished = Some(condition("Failed", "True", reason_of(&c), message_of(&c), self.now));
+                    self.finished = Some(condition(
+                        "Failed",
+                        "True",
+                        reason_of(&c),
+                        message_of(&c),
+                        self.now,
+                    ));
                 }
                 "SuccessCriteriaMet" => {
                     if !is_true(conds, "SuccessCriteriaMet") {
                         conds.push(c.clone());
                         flush.write_status = true;
                     }
-                    self.finished = Some(condition("Complete", "True", reason_of(&c), message_of(&c), self.now));
+                    self.finished = Some(condition(
+                        "Complete",
+                        "True",
+                        reason_of(&c),
+                        message_of(&c),
+                        self.now,
+                    ));
                 }
                 _ => {}
             }
@@ -872,7 +921,10 @@ impl Sync {
     }
 
     fn can_remove_finalizer(&self, p: &Pod, failed: bool) -> bool {
-        if self.job.metadata.deletion_timestamp.is_some() || self.finished.is_some() || phase(p) == "Succeeded" {
+        if self.job.metadata.deletion_timestamp.is_some()
+            || self.finished.is_some()
+            || phase(p) == "Succeeded"
+        {
             return true;
         }
         if !failed {
@@ -898,10 +950,16 @@ impl Sync {
     /// Moves the uncounted pods not in `with_finalizer` (their finalizer is gone) into the
     /// counters. Returns whether anything moved.
     fn count_finalized(&mut self, with_finalizer: &HashSet<String>) -> bool {
-        let u = self.status().uncounted_terminated_pods.clone().unwrap_or_default();
+        let u = self
+            .status()
+            .uncounted_terminated_pods
+            .clone()
+            .unwrap_or_default();
         let (s, f) = (u.succeeded.unwrap_or_default(), u.failed.unwrap_or_default());
-        let (s_keep, s_done): (Vec<String>, Vec<String>) = s.into_iter().partition(|id| with_finalizer.contains(id));
-        let (f_keep, f_done): (Vec<String>, Vec<String>) = f.into_iter().partition(|id| with_finalizer.contains(id));
+        let (s_keep, s_done): (Vec<String>, Vec<String>) =
+            s.into_iter().partition(|id| with_finalizer.contains(id));
+        let (f_keep, f_done): (Vec<String>, Vec<String>) =
+            f.into_iter().partition(|id| with_finalizer.contains(id));
         if s_done.is_empty() && f_done.is_empty() {
             return false;
         }
@@ -928,7 +986,11 @@ impl Sync {
         if self.reached_max_uncounted {
             return out;
         }
-        let u = self.status().uncounted_terminated_pods.clone().unwrap_or_default();
+        let u = self
+            .status()
+            .uncounted_terminated_pods
+            .clone()
+            .unwrap_or_default();
         if u.succeeded.is_some_and(|v| !v.is_empty()) || u.failed.is_some_and(|v| !v.is_empty()) {
             return out;
         }
@@ -951,7 +1013,8 @@ impl Sync {
             }
             out.events.push(event(Kind::Normal, "Completed", "Job completed"));
         } else {
-            out.events.push(event(Kind::Warning, reason_of(&fin), message_of(&fin)));
+            out.events
+                .push(event(Kind::Warning, reason_of(&fin), message_of(&fin)));
         }
         out.write_status = true;
         out
@@ -989,7 +1052,12 @@ fn restarts(p: &Pod) -> i32 {
 /// `a` before `b` when `a` should be removed first (upstream's `controller.ActivePods`):
 /// unscheduled, Pending < Unknown < Running, not ready, ready for less time, more restarts, newer.
 fn remove_first(a: &Pod, b: &Pod) -> Ordering {
-    let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let node = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default()
+    };
     let (na, nb) = (node(a).is_empty(), node(b).is_empty());
     if na != nb {
         return if na { Ordering::Less } else { Ordering::Greater };

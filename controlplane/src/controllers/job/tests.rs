@@ -70,7 +70,8 @@ fn pod(name: &str, phase: &str, extra: Value) -> Arc<Pod> {
 }
 
 fn indexed(name: &str, phase: &str, ix: i32, extra: Value) -> Arc<Pod> {
-    let mut e = json!({"metadata": {"annotations": {"batch.kubernetes.io/job-completion-index": ix.to_string()}}});
+    let mut e =
+        json!({"metadata": {"annotations": {"batch.kubernetes.io/job-completion-index": ix.to_string()}}});
     merge(&mut e, extra);
     pod(name, phase, e)
 }
@@ -151,7 +152,10 @@ fn back_off_doubles_from_10s_to_the_10_minute_cap() {
 
 #[test]
 fn three_completions_two_at_a_time() {
-    let j = job(json!({"completions": 3, "parallelism": 2}), json!({"startTime": null}));
+    let j = job(
+        json!({"completions": 3, "parallelism": 2}),
+        json!({"startTime": null}),
+    );
     let r = run(&j, vec![]);
     assert_eq!(r.actions.create.len(), 2);
     let st = r.sync.job.status.clone().expect("status");
@@ -159,7 +163,13 @@ fn three_completions_two_at_a_time() {
     assert!(st.start_time.is_some());
     // One succeeded, one running: it is counted through uncountedTerminatedPods and one more
     // pod starts (2 left, parallelism 2).
-    let r = run(&j, vec![pod("pi-a", "Succeeded", json!({})), pod("pi-b", "Running", json!({}))]);
+    let r = run(
+        &j,
+        vec![
+            pod("pi-a", "Succeeded", json!({})),
+            pod("pi-b", "Running", json!({})),
+        ],
+    );
     assert_eq!(r.removed, ["pi-a"]);
     assert_eq!(r.actions.create.len(), 1);
     let st = r.sync.job.status.clone().expect("status");
@@ -171,7 +181,10 @@ fn three_completions_two_at_a_time() {
 
 #[test]
 fn completion_sets_success_criteria_met_then_complete() {
-    let j = job(json!({"completions": 3, "parallelism": 2}), json!({"succeeded": 2}));
+    let j = job(
+        json!({"completions": 3, "parallelism": 2}),
+        json!({"succeeded": 2}),
+    );
     let r = run(&j, vec![pod("pi-c", "Succeeded", json!({}))]);
     assert_eq!(
         reason(&r, "SuccessCriteriaMet"),
@@ -189,7 +202,14 @@ fn completion_sets_success_criteria_met_then_complete() {
         [(Kind::Normal, "Completed", "Job completed")]
     );
     assert_eq!(
-        Sync::new(&r.sync.job, vec![], HashSet::new(), &BackoffRecord::default(), now()).err(),
+        Sync::new(
+            &r.sync.job,
+            vec![],
+            HashSet::new(),
+            &BackoffRecord::default(),
+            now()
+        )
+        .err(),
         Some(Skip::Finished)
     );
 }
@@ -223,11 +243,20 @@ fn a_failed_pod_is_replaced_after_the_back_off() {
 #[test]
 fn backoff_limit_fails_the_job() {
     let j = job(json!({"backoffLimit": 1}), json!({"failed": 1}));
-    let r = run(&j, vec![pod("pi-b", "Failed", json!({})), pod("pi-c", "Running", json!({}))]);
+    let r = run(
+        &j,
+        vec![
+            pod("pi-b", "Failed", json!({})),
+            pod("pi-c", "Running", json!({})),
+        ],
+    );
     assert_eq!(names(&r.actions.delete_keeping_finalizer), ["pi-c"]);
     assert_eq!(
         reason(&r, "FailureTarget"),
-        Some(("BackoffLimitExceeded", "Job has reached the specified backoff limit"))
+        Some((
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit"
+        ))
     );
     // The deleted pod is still terminating: Failed comes with the next sync.
     assert!(cond(&r, "Failed").is_none());
@@ -235,7 +264,10 @@ fn backoff_limit_fails_the_job() {
     let next = run(&r.sync.job, vec![]);
     assert_eq!(
         reason(&next, "Failed"),
-        Some(("BackoffLimitExceeded", "Job has reached the specified backoff limit"))
+        Some((
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit"
+        ))
     );
     assert_eq!(
         events(&next.settled.events),
@@ -245,7 +277,14 @@ fn backoff_limit_fails_the_job() {
             "Job has reached the specified backoff limit"
         )]
     );
-    assert!(next.sync.job.status.as_ref().and_then(|s| s.completion_time.clone()).is_none());
+    assert!(
+        next.sync
+            .job
+            .status
+            .as_ref()
+            .and_then(|s| s.completion_time.clone())
+            .is_none()
+    );
 }
 
 #[test]
@@ -261,20 +300,32 @@ fn container_restarts_count_with_restart_policy_on_failure() {
             "restartCount": 2, "state": {"running": {}}}]}}),
     );
     let r = run(&j, vec![restarting]);
-    assert_eq!(reason(&r, "FailureTarget").map(|r| r.0), Some("BackoffLimitExceeded"));
+    assert_eq!(
+        reason(&r, "FailureTarget").map(|r| r.0),
+        Some("BackoffLimitExceeded")
+    );
 }
 
 #[test]
 fn active_deadline_fails_a_job_under_its_backoff_limit() {
-    let j = job(json!({"activeDeadlineSeconds": 300}), json!({"startTime": ago(301)}));
+    let j = job(
+        json!({"activeDeadlineSeconds": 300}),
+        json!({"startTime": ago(301)}),
+    );
     let r = run(&j, vec![pod("pi-a", "Running", json!({}))]);
     assert_eq!(
         reason(&r, "FailureTarget"),
-        Some(("DeadlineExceeded", "Job was active longer than specified deadline"))
+        Some((
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline"
+        ))
     );
     assert_eq!(names(&r.actions.delete_keeping_finalizer), ["pi-a"]);
     // Before the deadline: a sync is due when it passes.
-    let early = job(json!({"activeDeadlineSeconds": 300}), json!({"startTime": ago(100)}));
+    let early = job(
+        json!({"activeDeadlineSeconds": 300}),
+        json!({"startTime": ago(100)}),
+    );
     let r = run(&early, vec![pod("pi-a", "Running", json!({}))]);
     assert_eq!(r.actions.requeue, Some(Duration::from_secs(200)));
 }
@@ -301,7 +352,11 @@ fn indexed_pods_carry_their_index() {
     let env = spec.containers[0].env.clone().expect("env");
     assert_eq!(env[0].name, "JOB_COMPLETION_INDEX");
     assert_eq!(
-        env[0].value_from.as_ref().and_then(|v| v.field_ref.as_ref()).map(|f| f.field_path.as_str()),
+        env[0]
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
         Some("metadata.labels['batch.kubernetes.io/job-completion-index']")
     );
     assert_eq!(
@@ -348,17 +403,38 @@ fn backoff_limit_per_index_retries_an_index_twice() {
     // Index 0 failed once (count 0): the replacement inherits count 1 after the 10 s back-off
     // (the failure was 30 s ago), and the failed pod keeps its finalizer until then.
     let r = run(&j, vec![failed_ix("pi-0-a", 0, 1, 0)]);
-    let zero = r.actions.create.iter().find(|n| n.index == Some(0)).expect("index 0 replaced");
+    let zero = r
+        .actions
+        .create
+        .iter()
+        .find(|n| n.index == Some(0))
+        .expect("index 0 replaced");
     assert_eq!(zero.failure_counts, Some((1, 0)));
     assert_eq!(r.actions.create.len(), 4);
     // Third failure (count 2 = backoffLimitPerIndex): index 0 fails, the Job goes on.
     let r = run(&j, vec![failed_ix("pi-0-c", 0, 1, 2)]);
-    assert_eq!(r.sync.job.status.as_ref().and_then(|s| s.failed_indexes.clone()).as_deref(), Some("0"));
+    assert_eq!(
+        r.sync
+            .job
+            .status
+            .as_ref()
+            .and_then(|s| s.failed_indexes.clone())
+            .as_deref(),
+        Some("0")
+    );
     assert!(cond(&r, "FailureTarget").is_none());
     assert!(r.actions.create.iter().all(|n| n.index != Some(0)));
     // Exit code 42 in `reindex`: FailIndex at once.
     let r = run(&j, vec![failed_ix("pi-3-a", 3, 42, 0)]);
-    assert_eq!(r.sync.job.status.as_ref().and_then(|s| s.failed_indexes.clone()).as_deref(), Some("3"));
+    assert_eq!(
+        r.sync
+            .job
+            .status
+            .as_ref()
+            .and_then(|s| s.failed_indexes.clone())
+            .as_deref(),
+        Some("3")
+    );
 }
 
 #[test]
@@ -435,7 +511,10 @@ fn pod_replacement_policy_failed_waits_for_terminating_pods() {
         "Running",
         json!({"metadata": {"deletionTimestamp": ago(1), "deletionGracePeriodSeconds": 30}}),
     );
-    let wait = run(&job(json!({"podReplacementPolicy": "Failed"}), json!({})), vec![terminating.clone()]);
+    let wait = run(
+        &job(json!({"podReplacementPolicy": "Failed"}), json!({})),
+        vec![terminating.clone()],
+    );
     assert!(wait.actions.create.is_empty());
     assert_eq!(wait.sync.job.status.as_ref().and_then(|s| s.terminating), Some(1));
     // TerminatingOrFailed: the deleted pod counts as failed and is replaced after the back-off.
@@ -446,8 +525,17 @@ fn pod_replacement_policy_failed_waits_for_terminating_pods() {
 
 #[test]
 fn suspend_deletes_active_pods_and_resume_restarts_the_clock() {
-    let j = job(json!({"suspend": true, "parallelism": 2, "completions": 4}), json!({}));
-    let r = run(&j, vec![pod("pi-a", "Running", json!({})), pod("pi-b", "Running", json!({}))]);
+    let j = job(
+        json!({"suspend": true, "parallelism": 2, "completions": 4}),
+        json!({}),
+    );
+    let r = run(
+        &j,
+        vec![
+            pod("pi-a", "Running", json!({})),
+            pod("pi-b", "Running", json!({})),
+        ],
+    );
     assert_eq!(r.actions.delete.len(), 2);
     assert_eq!(reason(&r, "Suspended"), Some(("JobSuspended", "Job suspended")));
     assert_eq!(cond(&r, "Suspended").map(|c| c.status.as_str()), Some("True"));
@@ -464,7 +552,12 @@ fn suspend_deletes_active_pods_and_resume_restarts_the_clock() {
     assert_eq!(cond(&r, "Suspended").map(|c| c.status.as_str()), Some("False"));
     assert_eq!(r.actions.create.len(), 2);
     assert_eq!(
-        r.sync.job.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+        r.sync
+            .job
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0),
         Some(now())
     );
 }
@@ -478,9 +571,15 @@ fn success_policy_finishes_an_indexed_job_early() {
     );
     let r = run(
         &j,
-        vec![indexed("pi-0-a", "Succeeded", 0, json!({})), indexed("pi-1-a", "Running", 1, json!({}))],
+        vec![
+            indexed("pi-0-a", "Succeeded", 0, json!({})),
+            indexed("pi-1-a", "Running", 1, json!({})),
+        ],
     );
-    assert_eq!(reason(&r, "SuccessCriteriaMet"), Some(("SuccessPolicy", "Matched rules at index 0")));
+    assert_eq!(
+        reason(&r, "SuccessCriteriaMet"),
+        Some(("SuccessPolicy", "Matched rules at index 0"))
+    );
     assert_eq!(names(&r.actions.delete_keeping_finalizer), ["pi-1-a"]);
     assert!(cond(&r, "Complete").is_none(), "waits for the deleted pod");
 }
@@ -488,7 +587,11 @@ fn success_policy_finishes_an_indexed_job_early() {
 #[test]
 fn surplus_pods_go_in_upstream_order() {
     let j = job(json!({"completions": 5, "parallelism": 1}), json!({}));
-    let pending = pod("pi-p", "Pending", json!({"status": {"conditions": [], "containerStatuses": []}}));
+    let pending = pod(
+        "pi-p",
+        "Pending",
+        json!({"status": {"conditions": [], "containerStatuses": []}}),
+    );
     let running = pod("pi-r", "Running", json!({}));
     let r = run(&j, vec![running, pending]);
     assert_eq!(names(&r.actions.delete), ["pi-p"]);

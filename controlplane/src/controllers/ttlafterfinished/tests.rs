@@ -25,13 +25,22 @@ fn job(ttl: Option<i32>, finished: Option<(&str, &str)>) -> Job {
 #[test]
 fn finished_jobs_expire_ttl_seconds_after_their_finish() {
     assert_eq!(ttl(&job(Some(100), None), now()), Ttl::NotDue);
-    assert_eq!(ttl(&job(None, Some(("Complete", "2026-06-01T11:00:00Z"))), now()), Ttl::NotDue);
+    assert_eq!(
+        ttl(&job(None, Some(("Complete", "2026-06-01T11:00:00Z"))), now()),
+        Ttl::NotDue
+    );
     assert_eq!(
         ttl(&job(Some(100), Some(("Complete", "2026-06-01T11:59:00Z"))), now()),
         Ttl::Left(Duration::from_secs(40))
     );
-    assert_eq!(ttl(&job(Some(60), Some(("Failed", "2026-06-01T11:59:00Z"))), now()), Ttl::Expired);
-    assert_eq!(ttl(&job(Some(0), Some(("Complete", "2026-06-01T12:00:00Z"))), now()), Ttl::Expired);
+    assert_eq!(
+        ttl(&job(Some(60), Some(("Failed", "2026-06-01T11:59:00Z"))), now()),
+        Ttl::Expired
+    );
+    assert_eq!(
+        ttl(&job(Some(0), Some(("Complete", "2026-06-01T12:00:00Z"))), now()),
+        Ttl::Expired
+    );
     let mut deleting = job(Some(0), Some(("Complete", "2026-06-01T11:00:00Z")));
     deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
     assert_eq!(ttl(&deleting, now()), Ttl::NotDue);
