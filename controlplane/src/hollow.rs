@@ -266,6 +266,37 @@ impl Fleet {
         let pods: kube::Api<Pod> = kube::Api::namespaced(self.client.clone(), &ns);
         if meta.deletion_timestamp.is_some() {
             let _permit = self.limit.acquire().await;
+            // A pod that finalizers keep after its containers stopped shows the terminal phase,
+            // as the kubelet reports it (the Job controller waits for it with
+            // podReplacementPolicy Failed).
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default();
+            if meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+                && !matches!(phase, "Succeeded" | "Failed")
+            {
+                let started = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map_or_else(
+                        || kcore::time::unix_seconds(SystemTime::now()),
+                        |t| t.0.timestamp(),
+                    );
+                let status = pod_status(&pod, i, "Failed", 143, started);
+                if let Err(e) = pods
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"status": status})),
+                    )
+                    .await
+                {
+                    tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "terminal status not written");
+                }
+            }
             let dp = DeleteParams {
                 grace_period_seconds: Some(0),
                 preconditions: Some(Preconditions {
@@ -313,12 +344,16 @@ impl Fleet {
                 let ends = started + i64::try_from(secs).unwrap_or(i64::MAX);
                 let wait = ends - kcore::time::unix_seconds(SystemTime::now());
                 if wait > 0 {
-                    // Report it Running now; come back when it ends.
+                    // Report it Running now; come back when it ends, with the pod as it is then
+                    // (a copy from now would report it Running again).
                     let again = self.clone();
-                    let pod2 = pod.clone();
+                    let api = pods.clone();
+                    let name2 = name.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_secs(u64::try_from(wait).unwrap_or(0))).await;
-                        again.sync_pod(pod2).await;
+                        if let Ok(current) = api.get(&name2).await {
+                            again.sync_pod(current).await;
+                        }
                     });
                     false
                 } else {
@@ -334,7 +369,12 @@ impl Fleet {
         };
         {
             let mut reported = self.reported.lock().await;
-            if reported.get(&uid).map(String::as_str) == Some(want) && phase == want {
+            let last = reported.get(&uid).map(String::as_str);
+            if last == Some(want) && phase == want {
+                return;
+            }
+            // A finished pod stays finished, whatever an older copy of it says.
+            if matches!(last, Some("Succeeded" | "Failed")) {
                 return;
             }
             reported.insert(uid.clone(), want.to_string());

@@ -11,13 +11,17 @@
 
 pub mod deployment;
 pub mod daemonset;
+pub mod cronjob;
 pub mod expectations;
 pub mod history;
 pub mod index;
 pub mod informer;
+pub mod job;
+pub mod owned;
 pub mod podutil;
 pub mod replicaset;
 pub mod statefulset;
+pub mod ttlafterfinished;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -107,6 +111,9 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         ("deployment", deployment::controller(&mgr)),
         ("statefulset", statefulset::controller(&mgr)),
         ("daemonset", daemonset::controller(&mgr)),
+        ("job", job::controller(&mgr)),
+        ("cronjob", cronjob::controller(&mgr)),
+        ("ttl-after-finished", ttlafterfinished::controller(&mgr)),
     ];
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");

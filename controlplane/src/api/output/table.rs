@@ -158,6 +158,28 @@ fn columns(r: &Resource) -> Vec<Column> {
             col("Attached", "boolean", 0),
             col("Age", "string", 0),
         ],
+        ("batch", "jobs") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Completions", "string", 0),
+            col("Duration", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
+        ("batch", "cronjobs") => vec![
+            col("Name", "string", 0),
+            col("Schedule", "string", 0),
+            col("Timezone", "string", 0),
+            col("Suspend", "boolean", 0),
+            col("Active", "integer", 0),
+            col("Last Schedule", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
 }
@@ -177,38 +199,105 @@ fn format_labels(m: &Value) -> String {
     }
 }
 
-/// A label selector as kubectl prints it (upstream's `FormatLabelSelector`).
-fn format_selector(sel: &Value) -> String {
-    let mut parts: Vec<String> = sel["matchLabels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-        .collect();
+/// apimachinery's `duration.HumanDuration` (kubectl's DURATION and AGE texts: `31s`, `4m23s`,
+/// `3h5m`, `2d4h`, `1y20d`).
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        return match secs % 60 {
+            0 => format!("{minutes}m"),
+            s => format!("{minutes}m{s}s"),
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = secs / 3600;
+    if hours < 8 {
+        return match minutes % 60 {
+            0 => format!("{hours}h"),
+            m => format!("{hours}h{m}m"),
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        return match hours % 24 {
+            0 => format!("{}d", hours / 24),
+            h => format!("{}d{h}h", hours / 24),
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        return match (hours / 24) % 365 {
+            0 => format!("{}y", hours / 24 / 365),
+            d => format!("{}y{d}d", hours / 24 / 365),
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// metav1's `FormatLabelSelector`: requirements sorted by key, `<none>` when empty or absent.
+fn format_label_selector(sel: &Value) -> String {
+    if !sel.is_object() {
+        return "<none>".into();
+    }
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    for (k, v) in sel["matchLabels"].as_object().into_iter().flatten() {
+        reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
+    }
     for e in sel["matchExpressions"].as_array().into_iter().flatten() {
         let key = s(&e["key"]);
-        let values: Vec<String> = e["values"].as_array().into_iter().flatten().map(s).collect();
-        parts.push(match e["operator"].as_str().unwrap_or_default() {
+        let mut values: Vec<String> = e["values"].as_array().into_iter().flatten().map(s).collect();
+        values.sort();
+        let text = match e["operator"].as_str().unwrap_or_default() {
             "In" => format!("{key} in ({})", values.join(",")),
             "NotIn" => format!("{key} notin ({})", values.join(",")),
-            "Exists" => key,
+            "Exists" => key.clone(),
             "DoesNotExist" => format!("!{key}"),
-            other => format!("{key} {other} ({})", values.join(",")),
-        });
+            _ => continue,
+        };
+        reqs.push((key, text));
     }
-    if parts.is_empty() {
+    reqs.sort();
+    let out: Vec<String> = reqs.into_iter().map(|(_, t)| t).collect();
+    if out.is_empty() {
         "<none>".into()
     } else {
-        parts.join(",")
+        out.join(",")
     }
+}
+
+/// Seconds from an RFC 3339 time to `now` (or to `until`).
+fn seconds_between(from: &Value, until: Option<&Value>, now: SystemTime) -> Option<i64> {
+    let start = kcore::time::parse_rfc3339(from.as_str()?)?;
+    let end = match until.and_then(Value::as_str) {
+        Some(t) => kcore::time::parse_rfc3339(t)?,
+        None => kcore::time::unix_seconds(now),
+    };
+    Some(end - start)
 }
 
 /// The CONTAINERS and IMAGES cells of a pod template.
 fn template_containers(template: &Value) -> (String, String) {
-    let containers = template["spec"]["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    container_cells(&template["spec"])
+}
+
+/// The CONTAINERS and IMAGES cells of a pod spec.
+fn container_cells(pod_spec: &Value) -> (String, String) {
+    let containers = pod_spec["containers"].as_array().cloned().unwrap_or_default();
     let names = containers
         .iter()
         .map(|c| s(&c["name"]))
@@ -220,6 +309,32 @@ fn template_containers(template: &Value) -> (String, String) {
         .collect::<Vec<_>>()
         .join(",");
     (names, images)
+}
+
+/// kubectl's Job STATUS.
+fn job_status(job: &Value) -> &'static str {
+    let has = |t: &str| {
+        job["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == t && c["status"] == "True")
+    };
+    if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if job["metadata"]["deletionTimestamp"].is_string() {
+        "Terminating"
+    } else if has("Suspended") {
+        "Suspended"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else if has("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    }
 }
 
 fn s(v: &Value) -> String {
@@ -598,7 +713,7 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                 json!(created),
                 json!(names),
                 json!(images),
-                json!(format_selector(&obj["spec"]["selector"])),
+                json!(format_label_selector(&obj["spec"]["selector"])),
             ]
         }
         ("apps", "controllerrevisions") => {
@@ -626,6 +741,64 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                 json!(controller),
                 json!(i(&obj["revision"])),
                 json!(created),
+            ]
+        }
+        ("batch", "jobs") => {
+            let spec = &obj["spec"];
+            let st = &obj["status"];
+            let succeeded = i(&st["succeeded"]);
+            let completions = match spec["completions"].as_i64() {
+                Some(c) => format!("{succeeded}/{c}"),
+                None => match spec["parallelism"].as_i64().unwrap_or(0) {
+                    p if p > 1 => format!("{succeeded}/1 of {p}"),
+                    _ => format!("{succeeded}/1"),
+                },
+            };
+            let duration = seconds_between(
+                &st["startTime"],
+                Some(&st["completionTime"]).filter(|v| !v.is_null()),
+                now,
+            )
+            .map(human_duration)
+            .unwrap_or_default();
+            let (names, images) = container_cells(&spec["template"]["spec"]);
+            let created = seconds_between(&obj["metadata"]["creationTimestamp"], None, now)
+                .map_or_else(|| "<unknown>".to_string(), human_duration);
+            vec![
+                name,
+                json!(job_status(obj)),
+                json!(completions),
+                json!(duration),
+                json!(created),
+                json!(names),
+                json!(images),
+                json!(format_label_selector(&spec["selector"])),
+            ]
+        }
+        ("batch", "cronjobs") => {
+            let spec = &obj["spec"];
+            let last = seconds_between(&obj["status"]["lastScheduleTime"], None, now)
+                .map_or_else(|| "<none>".to_string(), human_duration);
+            let suspend = match spec["suspend"].as_bool() {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "<unset>",
+            };
+            let template = &spec["jobTemplate"]["spec"];
+            let created = seconds_between(&obj["metadata"]["creationTimestamp"], None, now)
+                .map_or_else(|| "<unknown>".to_string(), human_duration);
+            let (names, images) = container_cells(&template["template"]["spec"]);
+            vec![
+                name,
+                json!(s(&spec["schedule"])),
+                json!(spec["timeZone"].as_str().unwrap_or("<none>")),
+                json!(suspend),
+                json!(obj["status"]["active"].as_array().map_or(0, Vec::len)),
+                json!(last),
+                json!(created),
+                json!(names),
+                json!(images),
+                json!(format_label_selector(&template["selector"])),
             ]
         }
         _ => vec![name, json!(created)],
@@ -669,6 +842,74 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_durations_as_kubectl_prints_them() {
+        let cases = [
+            (31, "31s"),
+            (119, "119s"),
+            (134, "2m14s"),
+            (263, "4m23s"),
+            (600, "10m"),
+            (3 * 3600 + 300, "3h5m"),
+            (10 * 3600, "10h"),
+            (2 * 86_400 + 4 * 3600, "2d4h"),
+            (30 * 86_400, "30d"),
+            (800 * 86_400, "2y70d"),
+        ];
+        for (secs, text) in cases {
+            assert_eq!(human_duration(secs), text, "{secs}");
+        }
+    }
+
+    #[test]
+    fn job_and_cronjob_rows() {
+        let res = |plural| crate::api::registry::find("batch", "v1", plural).expect("served");
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_780_000_000);
+        let at = |secs: u64| kcore::time::rfc3339(now - std::time::Duration::from_secs(secs));
+        let job = json!({"metadata": {"name": "pi", "creationTimestamp": at(300)},
+            "spec": {"completions": 3, "parallelism": 2, "selector": {"matchLabels": {"b": "2", "a": "1"}},
+                     "template": {"spec": {"containers": [{"name": "pi", "image": "perl"}]}}},
+            "status": {"succeeded": 3, "startTime": at(300), "completionTime": at(269),
+                       "conditions": [{"type": "Complete", "status": "True"}]}});
+        assert_eq!(
+            cells(res("jobs"), &job, now),
+            [
+                json!("pi"),
+                json!("Complete"),
+                json!("3/3"),
+                json!("31s"),
+                json!("5m"),
+                json!("pi"),
+                json!("perl"),
+                json!("a=1,b=2")
+            ]
+        );
+        let running = json!({"metadata": {"name": "w"}, "spec": {"parallelism": 4},
+            "status": {"startTime": at(263), "conditions": [{"type": "FailureTarget", "status": "True"}]}});
+        let row = cells(res("jobs"), &running, now);
+        assert_eq!(
+            row[1..4],
+            [json!("FailureTarget"), json!("0/1 of 4"), json!("4m23s")]
+        );
+        assert_eq!(row[7], json!("<none>"));
+        let cj = json!({"metadata": {"name": "report", "creationTimestamp": at(164)},
+            "spec": {"schedule": "*/1 * * * *", "suspend": false,
+                     "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}},
+            "status": {"lastScheduleTime": at(14), "active": [{"name": "report-1"}]}});
+        assert_eq!(
+            cells(res("cronjobs"), &cj, now)[..7],
+            [
+                json!("report"),
+                json!("*/1 * * * *"),
+                json!("<none>"),
+                json!("False"),
+                json!(1),
+                json!("14s"),
+                json!("2m44s")
+            ]
+        );
+    }
 
     #[test]
     fn pod_status_strings() {
