@@ -52,6 +52,10 @@ pub struct HollowArgs {
     /// API requests in flight at once.
     #[arg(long, default_value_t = 32)]
     pub parallel: usize,
+    /// The Lease duration (the kubelet's `nodeLeaseDurationSeconds`); the Lease is renewed
+    /// every quarter of it.
+    #[arg(long, default_value_t = 40)]
+    pub node_lease_duration_seconds: u32,
 }
 
 /// Errors of bad arguments.
@@ -188,8 +192,10 @@ impl Fleet {
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Registered before: as the kubelet, only labels and annotations are posted
+                // again (the taints are the cluster's now).
                 let name = &self.names[i];
-                let meta = json!({"metadata": body["metadata"], "spec": body["spec"]});
+                let meta = json!({"metadata": body["metadata"]});
                 nodes
                     .patch(name, &PatchParams::default(), &Patch::Merge(&meta))
                     .await?;
@@ -207,7 +213,7 @@ impl Fleet {
         let _permit = self.limit.acquire().await;
         let name = &self.names[i];
         let leases: kube::Api<Lease> = kube::Api::namespaced(self.client.clone(), "kube-node-lease");
-        let spec = json!({"holderIdentity": name, "leaseDurationSeconds": 40,
+        let spec = json!({"holderIdentity": name, "leaseDurationSeconds": self.args.node_lease_duration_seconds,
                           "renewTime": kcore::time::rfc3339_micros(SystemTime::now())});
         match leases
             .patch(
@@ -536,11 +542,13 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
         args.count, args.name_prefix
     );
     tracing::info!(count = args.count, prefix = %args.name_prefix, "hollow nodes registered");
-    // Leases every 10 s, node status every 5 min, each spread over the period.
+    // Leases every quarter of their duration (10 s by default), node status every 30 renewals
+    // (5 min), each spread over the period.
     let lease_fleet = fleet.clone();
     tokio::spawn(async move {
         let n = lease_fleet.names.len().max(1);
-        let period = Duration::from_secs(10);
+        let period =
+            Duration::from_millis(u64::from(lease_fleet.args.node_lease_duration_seconds.max(1)) * 250);
         let mut tick = tokio::time::interval(period / n as u32);
         let mut i = 0usize;
         let mut status_round = 0u64;

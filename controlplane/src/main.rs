@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -60,6 +61,8 @@ struct ServeArgs {
     no_controllers: bool,
     #[command(flatten)]
     scheduling: SchedulingArgs,
+    #[command(flatten)]
+    tunables: ControllerTunables,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -97,17 +100,117 @@ struct ControllersArgs {
     /// This instance's name in the Lease (default: `<hostname>_<random>`).
     #[arg(long)]
     identity: Option<String>,
+    #[command(flatten)]
+    tunables: ControllerTunables,
 }
 
 impl ControllersArgs {
     fn config(&self) -> ControllerConfig {
         let defaults = ControllerConfig::default();
-        ControllerConfig {
+        let cfg = ControllerConfig {
             leader_elect: !self.no_leader_elect,
             identity: self.identity.clone().unwrap_or(defaults.identity.clone()),
             ..defaults
-        }
+        };
+        self.tunables.apply(cfg)
     }
+}
+
+/// The controllers' tunables, kube-controller-manager's flags with its defaults (durations
+/// as Go writes them: `5s`, `1m30s`, `500ms`).
+#[derive(Debug, Clone, clap::Args)]
+struct ControllerTunables {
+    /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
+    /// How often node health is checked.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: Duration,
+    /// A node silent this long is marked Unknown.
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+    /// The same for a node that never posted its status.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    node_startup_grace_period: Duration,
+    /// Nodes per second per zone whose pods are evicted (their NoExecute taint).
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// The rate in an unhealthy zone of a large cluster.
+    #[arg(long, default_value_t = 0.01)]
+    secondary_node_eviction_rate: f64,
+    /// Share of unready nodes that makes a zone unhealthy.
+    #[arg(long, default_value_t = 0.55)]
+    unhealthy_zone_threshold: f64,
+    /// Nodes above which an unhealthy zone still evicts (at the secondary rate).
+    #[arg(long, default_value_t = 50)]
+    large_cluster_size_threshold: usize,
+    /// Terminated pods kept before the garbage collector deletes the oldest (0: never).
+    #[arg(long, default_value_t = 12_500)]
+    terminated_pod_gc_threshold: usize,
+    /// How often the pod garbage collector runs.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pod_gc_period: Duration,
+    /// How long a missing node is waited for before its pods are taken for orphans.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pod_gc_quarantine: Duration,
+    /// Give every node a pod CIDR from --cluster-cidr.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// The pod network the node CIDRs are cut from.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: controllers::nodeipam::reconcile::Cidr,
+    /// The prefix length of each node's CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+}
+
+impl ControllerTunables {
+    fn apply(&self, mut cfg: ControllerConfig) -> ControllerConfig {
+        cfg.controllers = self.controllers.clone();
+        let n = &mut cfg.node_lifecycle;
+        n.monitor_period = self.node_monitor_period;
+        n.grace_period = self.node_monitor_grace_period;
+        n.startup_grace_period = self.node_startup_grace_period;
+        n.eviction_rate = self.node_eviction_rate;
+        n.secondary_eviction_rate = self.secondary_node_eviction_rate;
+        n.unhealthy_zone_threshold = self.unhealthy_zone_threshold;
+        n.large_cluster_threshold = self.large_cluster_size_threshold;
+        cfg.podgc.terminated_threshold = self.terminated_pod_gc_threshold;
+        cfg.podgc.period = self.pod_gc_period;
+        cfg.podgc.quarantine = self.pod_gc_quarantine;
+        cfg.node_ipam.enabled = self.allocate_node_cidrs;
+        cfg.node_ipam.cluster_cidr = self.cluster_cidr;
+        cfg.node_ipam.node_mask = self.node_cidr_mask_size;
+        cfg
+    }
+}
+
+/// A Go duration: numbers with units `h`, `m`, `s`, `ms` (e.g. `1m30s`, `500ms`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?} (e.g. 5s, 1m30s, 500ms)");
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => n * 3600.0,
+            "m" => n * 60.0,
+            "s" => n,
+            "ms" => n / 1000.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::from_secs_f64(secs);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 #[derive(Debug, clap::Args)]
@@ -212,7 +315,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             groups: vec!["system:authenticated".into()],
         };
         let client = InProcess::new(api.clone(), caller, "kube-controller-manager").client();
-        tokio::spawn(controllers::run(client, ControllerConfig::default()));
+        let cfg = args.tunables.apply(ControllerConfig::default());
+        tokio::spawn(controllers::run(client, cfg));
     }
     tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");
     println!(

@@ -9,18 +9,25 @@
 //! controller's `reconcile` module, table-tested; the code around them only moves data. Events
 //! carry upstream's component names (`replicaset-controller`, ...).
 
-pub mod deployment;
-pub mod daemonset;
 pub mod cronjob;
+pub mod daemonset;
+pub mod deployment;
+pub mod disruption;
 pub mod expectations;
 pub mod history;
 pub mod index;
 pub mod informer;
 pub mod job;
+pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod owned;
+pub mod podgc;
+pub mod podindex;
+pub mod podstatus;
 pub mod podutil;
 pub mod replicaset;
 pub mod statefulset;
+pub mod tainteviction;
 pub mod ttlafterfinished;
 
 use std::collections::HashMap;
@@ -43,6 +50,11 @@ pub struct ControllerConfig {
     pub identity: String,
     /// Reconciles of one controller running at once.
     pub concurrency: u16,
+    /// `--controllers`: upstream's names, `*` for all, `-name` to leave one out.
+    pub controllers: Vec<String>,
+    pub node_lifecycle: nodelifecycle::LifecycleConfig,
+    pub podgc: podgc::PodGcConfig,
+    pub node_ipam: nodeipam::IpamConfig,
 }
 
 impl Default for ControllerConfig {
@@ -51,7 +63,23 @@ impl Default for ControllerConfig {
             leader_elect: true,
             identity: leader::identity(),
             concurrency: 8,
+            controllers: vec!["*".into()],
+            node_lifecycle: Default::default(),
+            podgc: Default::default(),
+            node_ipam: Default::default(),
         }
+    }
+}
+
+impl ControllerConfig {
+    /// Whether the controller `name` runs (kube-controller-manager's `--controllers` rule: a
+    /// name turns it on, `-name` off, `*` all the others on).
+    pub fn enabled(&self, name: &str) -> bool {
+        let off = format!("-{name}");
+        if self.controllers.iter().any(|c| *c == off) {
+            return false;
+        }
+        self.controllers.iter().any(|c| c == name || c == "*")
     }
 }
 
@@ -106,15 +134,33 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         client,
         cfg,
     };
-    let controllers: Vec<(&str, Running)> = vec![
-        ("replicaset", replicaset::controller(&mgr)),
-        ("deployment", deployment::controller(&mgr)),
-        ("statefulset", statefulset::controller(&mgr)),
-        ("daemonset", daemonset::controller(&mgr)),
-        ("job", job::controller(&mgr)),
-        ("cronjob", cronjob::controller(&mgr)),
-        ("ttl-after-finished", ttlafterfinished::controller(&mgr)),
+    let (by_node, index) = podindex::PodsByNode::new(&mgr.informers.get::<k8s_openapi::api::core::v1::Pod>());
+    let all: Vec<(&str, Box<dyn FnOnce() -> Running + '_>)> = vec![
+        ("replicaset-controller", Box::new(|| replicaset::controller(&mgr))),
+        ("deployment-controller", Box::new(|| deployment::controller(&mgr))),
+        ("statefulset-controller", Box::new(|| statefulset::controller(&mgr))),
+        ("daemonset-controller", Box::new(|| daemonset::controller(&mgr))),
+        ("job-controller", Box::new(|| job::controller(&mgr))),
+        ("cronjob-controller", Box::new(|| cronjob::controller(&mgr))),
+        ("ttl-after-finished-controller", Box::new(|| ttlafterfinished::controller(&mgr))),
+        (
+            "node-lifecycle-controller",
+            Box::new(|| nodelifecycle::controller(&mgr, &by_node)),
+        ),
+        (
+            "taint-eviction-controller",
+            Box::new(|| tainteviction::controller(&mgr, &by_node)),
+        ),
+        (podgc::NAME, Box::new(|| podgc::controller(&mgr))),
+        ("node-ipam-controller", Box::new(|| nodeipam::controller(&mgr))),
+        ("disruption-controller", Box::new(|| disruption::controller(&mgr))),
     ];
+    let mut controllers: Vec<(&str, Running)> = all
+        .into_iter()
+        .filter(|(name, _)| mgr.cfg.enabled(name))
+        .map(|(name, build)| (name, build()))
+        .collect();
+    controllers.push(("pods-by-node index", index));
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
     let tasks: Vec<_> = controllers
@@ -192,6 +238,18 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controllers_are_chosen_as_upstream_does() {
+        let mut cfg = ControllerConfig::default();
+        assert!(cfg.enabled("taint-eviction-controller"));
+        cfg.controllers = vec!["*".into(), "-taint-eviction-controller".into()];
+        assert!(!cfg.enabled("taint-eviction-controller"));
+        assert!(cfg.enabled("disruption-controller"));
+        cfg.controllers = vec!["disruption-controller".into()];
+        assert!(!cfg.enabled("replicaset-controller"));
+        assert!(cfg.enabled("disruption-controller"));
+    }
 
     #[test]
     fn failure_backoff_doubles_from_5ms_to_1000s() {
