@@ -417,7 +417,10 @@ fn a_control_plane_restart_mid_rollout_loses_nothing() {
         if status == "6 6 6" {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(90), "rollout stuck at {status}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "rollout stuck at {status}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     rollout_status(&c, "deployment/slow");

@@ -76,7 +76,7 @@ impl ControllerConfig {
     /// name turns it on, `-name` off, `*` all the others on).
     pub fn enabled(&self, name: &str) -> bool {
         let off = format!("-{name}");
-        if self.controllers.iter().any(|c| *c == off) {
+        if self.controllers.contains(&off) {
             return false;
         }
         self.controllers.iter().any(|c| c == name || c == "*")
@@ -135,14 +135,21 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         cfg,
     };
     let (by_node, index) = podindex::PodsByNode::new(&mgr.informers.get::<k8s_openapi::api::core::v1::Pod>());
-    let all: Vec<(&str, Box<dyn FnOnce() -> Running + '_>)> = vec![
+    type Build<'a> = Box<dyn FnOnce() -> Running + 'a>;
+    let all: Vec<(&str, Build<'_>)> = vec![
         ("replicaset-controller", Box::new(|| replicaset::controller(&mgr))),
         ("deployment-controller", Box::new(|| deployment::controller(&mgr))),
-        ("statefulset-controller", Box::new(|| statefulset::controller(&mgr))),
+        (
+            "statefulset-controller",
+            Box::new(|| statefulset::controller(&mgr)),
+        ),
         ("daemonset-controller", Box::new(|| daemonset::controller(&mgr))),
         ("job-controller", Box::new(|| job::controller(&mgr))),
         ("cronjob-controller", Box::new(|| cronjob::controller(&mgr))),
-        ("ttl-after-finished-controller", Box::new(|| ttlafterfinished::controller(&mgr))),
+        (
+            "ttl-after-finished-controller",
+            Box::new(|| ttlafterfinished::controller(&mgr)),
+        ),
         (
             "node-lifecycle-controller",
             Box::new(|| nodelifecycle::controller(&mgr, &by_node)),

@@ -179,7 +179,7 @@ fn forbid_skips_and_replace_deletes_the_running_job() {
     let forbid = cronjob(json!({"concurrencyPolicy": "Forbid"}), status.clone());
     let p = plan(
         &forbid,
-        &[running.clone()],
+        std::slice::from_ref(&running),
         &[],
         &utc(),
         at("2026-06-01T12:05:01Z"),
@@ -193,7 +193,7 @@ fn forbid_skips_and_replace_deletes_the_running_job() {
     let replace = cronjob(json!({"concurrencyPolicy": "Replace"}), status.clone());
     let p = plan(
         &replace,
-        &[running.clone()],
+        std::slice::from_ref(&running),
         &[],
         &utc(),
         at("2026-06-01T12:05:01Z"),

@@ -162,14 +162,13 @@ fn timeout() -> chrono::Duration {
     chrono::Duration::from_std(DELETION_TIMEOUT).unwrap_or(chrono::Duration::MAX)
 }
 
+/// Pending disruptions, when to look again, and the pods whose deletion did not happen.
+pub type Disrupted = (BTreeMap<String, Time>, Option<DateTime<Utc>>, Vec<Arc<Pod>>);
+
 /// The budget's `disruptedPods` still pending (the pod exists, is not being deleted yet, and
 /// was disrupted less than two minutes ago), when to look again, and the pods that were
 /// expected to be deleted but were not (upstream's `buildDisruptedPodMap`).
-pub fn disrupted_pods(
-    pdb: &PodDisruptionBudget,
-    pods: &[Arc<Pod>],
-    now: DateTime<Utc>,
-) -> (BTreeMap<String, Time>, Option<DateTime<Utc>>, Vec<Arc<Pod>>) {
+pub fn disrupted_pods(pdb: &PodDisruptionBudget, pods: &[Arc<Pod>], now: DateTime<Utc>) -> Disrupted {
     let mut kept = BTreeMap::new();
     let mut recheck: Option<DateTime<Utc>> = None;
     let mut not_deleted = Vec::new();
@@ -199,9 +198,9 @@ pub fn current_healthy(pods: &[Arc<Pod>], disrupted: &BTreeMap<String, Time>, no
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
-            !disrupted
+            disrupted
                 .get(p.metadata.name.as_deref().unwrap_or_default())
-                .is_some_and(|t| t.0 + timeout() > now)
+                .is_none_or(|t| t.0 + timeout() <= now)
         })
         .filter(|p| is_ready(p))
         .count();

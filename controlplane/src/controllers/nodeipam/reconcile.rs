@@ -172,8 +172,8 @@ impl Allocator {
         }
         for k in 0..self.count {
             let i = (self.next + k) % self.count;
-            if !self.holders.contains_key(&i) {
-                self.holders.insert(i, uid.to_string());
+            if let std::collections::hash_map::Entry::Vacant(e) = self.holders.entry(i) {
+                e.insert(uid.to_string());
                 self.of_node.insert(uid.to_string(), i);
                 self.next = (i + 1) % self.count;
                 return Ok(self.subnet(i));
