@@ -100,20 +100,55 @@ struct ControllersArgs {
     /// This instance's name in the Lease (default: `<hostname>_<random>`).
     #[arg(long)]
     identity: Option<String>,
+    /// The CA (PEM file) the root-ca-cert-publisher publishes as `kube-root-ca.crt` (default:
+    /// the kubeconfig's cluster CA).
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
     #[command(flatten)]
     tunables: ControllerTunables,
 }
 
 impl ControllersArgs {
-    fn config(&self) -> ControllerConfig {
+    fn config(&self) -> anyhow::Result<ControllerConfig> {
         let defaults = ControllerConfig::default();
+        let root_ca = match &self.root_ca_file {
+            Some(f) => {
+                Some(std::fs::read_to_string(f).with_context(|| format!("--root-ca-file {}", f.display()))?)
+            }
+            None => kubeconfig_ca(&self.kubeconfig),
+        };
         let cfg = ControllerConfig {
             leader_elect: !self.no_leader_elect,
             identity: self.identity.clone().unwrap_or(defaults.identity.clone()),
+            root_ca,
             ..defaults
         };
-        self.tunables.apply(cfg)
+        Ok(self.tunables.apply(cfg))
     }
+}
+
+/// The CA of the kubeconfig's current cluster (PEM), if it names one.
+fn kubeconfig_ca(path: &std::path::Path) -> Option<String> {
+    use base64::Engine;
+    let kc = kube::config::Kubeconfig::read_from(path).ok()?;
+    let context = kc.current_context.as_deref();
+    let cluster_name = kc
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone());
+    let cluster = kc
+        .clusters
+        .iter()
+        .find(|c| cluster_name.as_deref().is_none_or(|n| n == c.name))?
+        .cluster
+        .as_ref()?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        let pem = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
+        return String::from_utf8(pem).ok();
+    }
+    std::fs::read_to_string(cluster.certificate_authority.as_ref()?).ok()
 }
 
 /// The controllers' tunables, kube-controller-manager's flags with its defaults (durations
@@ -250,7 +285,7 @@ fn main() -> anyhow::Result<()> {
             )
             .await
             .context("--kubeconfig")?;
-            controllers::run(client, args.config()).await;
+            controllers::run(client, args.config()?).await;
             Ok(())
         }),
         Command::HollowNodes(args) => rt.block_on(controlplane::hollow::run(args)),
@@ -315,7 +350,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             groups: vec!["system:authenticated".into()],
         };
         let client = InProcess::new(api.clone(), caller, "kube-controller-manager").client();
-        let cfg = args.tunables.apply(ControllerConfig::default());
+        let cfg = ControllerConfig {
+            root_ca: Some(pki.ca_pem.clone()),
+            ..args.tunables.apply(ControllerConfig::default())
+        };
         tokio::spawn(controllers::run(client, cfg));
     }
     tracing::info!(listen = %addr, kubeconfig = %kubeconfig.display(), "serving");

@@ -142,6 +142,9 @@ impl Api {
                 Err(e) if e.code == 409 => {}
                 Err(e) => return Err(e),
             }
+            if group.is_empty() && plural == "namespaces" {
+                self.populate_namespace(name).await?;
+            }
         }
         Ok(())
     }

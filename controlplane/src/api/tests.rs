@@ -365,41 +365,89 @@ async fn dry_run_persists_nothing() {
     assert_eq!(f.get(&format!("{PODS}/ghost")).await.0, 404);
 }
 
+/// The API's part of cascading deletion (upstream's registry): Background removes the owner at
+/// once and leaves its dependents to the garbage collector; Foreground and Orphan keep the owner,
+/// terminating, with the `foregroundDeletion` or `orphan` finalizer the collector removes.
 #[tokio::test]
-async fn cascading_delete_in_all_three_modes() {
+async fn cascading_delete_sets_the_policy_finalizers() {
     let f = fixture().await;
-    for (policy, dependents_left) in [("Background", 0), ("Foreground", 0), ("Orphan", 1)] {
-        let (_, owner) = f
-            .post(
-                "/api/v1/namespaces/default/configmaps",
-                json!({"metadata": {"name": "owner"}}),
-            )
-            .await;
-        let uid = owner["metadata"]["uid"].clone();
-        let mut dep = pod("dep");
-        dep["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid, "controller": true}]);
+    let cm = "/api/v1/namespaces/default/configmaps";
+    for (i, (policy, finalizer)) in [
+        (r#"{"propagationPolicy":"Background"}"#, None),
+        (
+            r#"{"propagationPolicy":"Foreground"}"#,
+            Some("foregroundDeletion"),
+        ),
+        (r#"{"propagationPolicy":"Orphan"}"#, Some("orphan")),
+        (r#"{"orphanDependents":true}"#, Some("orphan")),
+        ("", None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("owner{i}");
+        let (_, owner) = f.post(cm, json!({"metadata": {"name": name}})).await;
+        let mut dep = pod(&format!("dep{i}"));
+        dep["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "name": name, "uid": owner["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
         assert_eq!(f.post(PODS, dep).await.0, 201);
-        let body = json!({"propagationPolicy": policy}).to_string();
-        let (code, _) = f
-            .call(
-                Method::DELETE,
-                "/api/v1/namespaces/default/configmaps/owner",
-                "application/json",
-                &body,
-            )
-            .await;
-        assert_eq!(code, 200);
-        let (_, l) = f.get(PODS).await;
-        let left = l["items"].as_array().map_or(0, Vec::len);
-        assert_eq!(left, dependents_left, "{policy}");
-        if policy == "Orphan" {
-            assert!(
-                l["items"][0]["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_none_or(Vec::is_empty)
-            );
+        let uri = format!("{cm}/{name}");
+        let (code, out) = f.call(Method::DELETE, &uri, "application/json", policy).await;
+        assert_eq!(code, 200, "{policy}: {out}");
+        // The dependent is the garbage collector's business in every mode.
+        assert_eq!(f.get(&format!("{PODS}/dep{i}")).await.0, 200, "{policy}");
+        let (code, got) = f.get(&uri).await;
+        match finalizer {
+            None => assert_eq!(code, 404, "{policy}"),
+            Some(fin) => {
+                assert_eq!(code, 200, "{policy}");
+                assert_eq!(got["metadata"]["finalizers"], json!([fin]), "{policy}");
+                assert!(got["metadata"]["deletionTimestamp"].is_string(), "{policy}");
+                // The collector removes the finalizer when done; then the owner goes.
+                let (code, _) = f
+                    .call(
+                        Method::PATCH,
+                        &uri,
+                        "application/merge-patch+json",
+                        r#"{"metadata":{"finalizers":null}}"#,
+                    )
+                    .await;
+                assert_eq!(code, 200);
+                assert_eq!(f.get(&uri).await.0, 404, "{policy}");
+            }
         }
     }
+    let (code, st) = f
+        .call(
+            Method::DELETE,
+            &format!("{PODS}/dep0"),
+            "application/json",
+            r#"{"propagationPolicy":"Sideways"}"#,
+        )
+        .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        st["message"],
+        "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"Sideways\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+    );
+}
+
+/// batch/v1 Jobs orphan their pods unless asked otherwise (upstream's default for the kind).
+#[tokio::test]
+async fn jobs_orphan_by_default() {
+    let f = fixture().await;
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox"}]}}}});
+    assert_eq!(f.post(jobs, job).await.0, 201, "job");
+    let (code, _) = f
+        .call(Method::DELETE, &format!("{jobs}/j"), "application/json", "")
+        .await;
+    assert_eq!(code, 200);
+    let (code, got) = f.get(&format!("{jobs}/j")).await;
+    assert_eq!(code, 200);
+    assert_eq!(got["metadata"]["finalizers"], json!(["orphan"]));
 }
 
 #[tokio::test]
@@ -443,8 +491,10 @@ async fn delete_preconditions() {
     assert_eq!(f.get(&format!("{PODS}/p")).await.0, 200);
 }
 
+/// Deleting a namespace makes it Terminating; the namespace controller empties it and removes
+/// the `kubernetes` finalizer through /finalize, and then it goes.
 #[tokio::test]
-async fn namespace_deletion_removes_its_content() {
+async fn namespace_deletion_waits_for_its_finalizer() {
     let f = fixture().await;
     f.post("/api/v1/namespaces", json!({"metadata": {"name": "team"}}))
         .await;
@@ -454,8 +504,48 @@ async fn namespace_deletion_removes_its_content() {
         .await;
     assert_eq!(code, 200);
     assert_eq!(ns["status"]["phase"], "Terminating");
+    assert!(ns["metadata"]["deletionTimestamp"].is_string());
+    let (code, _) = f.get("/api/v1/namespaces/team").await;
+    assert_eq!(code, 200);
+    let (code, st) = f
+        .call(Method::DELETE, "/api/v1/namespaces/team", "application/json", "")
+        .await;
+    assert_eq!(code, 409);
+    assert_eq!(
+        st["message"],
+        "Operation cannot be fulfilled on namespaces \"team\": The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
+    );
+    let (code, _) = f.post("/api/v1/namespaces/team/pods", pod("b")).await;
+    assert_eq!(code, 403);
+    // A status write keeps it; /finalize changes only spec.finalizers, and without any left the
+    // namespace goes.
+    let mut status = ns.clone();
+    status["status"]["conditions"] = json!([{"type": "NamespaceContentRemaining", "status": "False",
+        "reason": "ContentRemoved", "message": "All content successfully removed"}]);
+    let (code, _) = f
+        .call(
+            Method::PUT,
+            "/api/v1/namespaces/team/status",
+            "application/json",
+            &status.to_string(),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(f.get("/api/v1/namespaces/team").await.0, 200);
+    let (_, mut current) = f.get("/api/v1/namespaces/team").await;
+    current["spec"]["finalizers"] = json!([]);
+    current["metadata"]["labels"]["sneaky"] = json!("x");
+    let (code, out) = f
+        .call(
+            Method::PUT,
+            "/api/v1/namespaces/team/finalize",
+            "application/json",
+            &current.to_string(),
+        )
+        .await;
+    assert_eq!(code, 200, "{out}");
+    assert!(out["metadata"]["labels"]["sneaky"].is_null());
     assert_eq!(f.get("/api/v1/namespaces/team").await.0, 404);
-    assert_eq!(f.get("/api/v1/namespaces/team/pods/a").await.0, 404);
 }
 
 #[tokio::test]

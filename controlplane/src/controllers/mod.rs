@@ -14,10 +14,12 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod expectations;
+pub mod garbagecollector;
 pub mod history;
 pub mod index;
 pub mod informer;
 pub mod job;
+pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod owned;
@@ -26,6 +28,8 @@ pub mod podindex;
 pub mod podstatus;
 pub mod podutil;
 pub mod replicaset;
+pub mod rootcacert;
+pub mod serviceaccount;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
@@ -55,6 +59,9 @@ pub struct ControllerConfig {
     pub node_lifecycle: nodelifecycle::LifecycleConfig,
     pub podgc: podgc::PodGcConfig,
     pub node_ipam: nodeipam::IpamConfig,
+    /// The cluster CA (PEM) the root-ca-cert-publisher puts in every namespace
+    /// (`--root-ca-file`; without it that controller does not run).
+    pub root_ca: Option<String>,
 }
 
 impl Default for ControllerConfig {
@@ -67,6 +74,7 @@ impl Default for ControllerConfig {
             node_lifecycle: Default::default(),
             podgc: Default::default(),
             node_ipam: Default::default(),
+            root_ca: None,
         }
     }
 }
@@ -161,9 +169,26 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         (podgc::NAME, Box::new(|| podgc::controller(&mgr))),
         ("node-ipam-controller", Box::new(|| nodeipam::controller(&mgr))),
         ("disruption-controller", Box::new(|| disruption::controller(&mgr))),
+        (
+            garbagecollector::NAME,
+            Box::new(|| garbagecollector::controller(&mgr)),
+        ),
+        (namespace::NAME, Box::new(|| namespace::controller(&mgr))),
+        (
+            serviceaccount::NAME,
+            Box::new(|| serviceaccount::controller(&mgr)),
+        ),
     ];
+    let publisher: Option<(&str, Build<'_>)> = match mgr.cfg.root_ca.clone() {
+        Some(ca) => Some((rootcacert::NAME, Box::new(|| rootcacert::controller(&mgr, ca)))),
+        None => {
+            tracing::warn!("no root CA given: the root-ca-cert-publisher does not run");
+            None
+        }
+    };
     let mut controllers: Vec<(&str, Running)> = all
         .into_iter()
+        .chain(publisher)
         .filter(|(name, _)| mgr.cfg.enabled(name))
         .map(|(name, build)| (name, build()))
         .collect();

@@ -1,5 +1,5 @@
 //! POST: create (generateName, uid, timestamps, generation, admission, field ownership), and
-//! what a new namespace starts with.
+//! what the first namespaces start with.
 
 use std::time::SystemTime;
 
@@ -143,14 +143,13 @@ impl Api {
             })
             .await
             .map_err(store_err_for(res, &name))?;
-        if res.plural == "namespaces" && res.group.is_empty() {
-            self.populate_namespace(&name).await?;
-        }
         Ok((201, stored_at(obj, ev.kv.mod_revision)))
     }
 
-    /// What every namespace holds from the start: the `default` ServiceAccount and the
-    /// `kube-root-ca.crt` ConfigMap.
+    /// What every namespace holds: the `default` ServiceAccount and the `kube-root-ca.crt`
+    /// ConfigMap. The serviceaccount and root-ca-cert-publisher controllers keep them in every
+    /// namespace; the bootstrap creates them in the first namespaces so they are there even
+    /// without the controllers.
     pub(crate) async fn populate_namespace(&self, ns: &str) -> Result<(), ApiError> {
         let items = [
             (

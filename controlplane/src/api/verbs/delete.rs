@@ -1,20 +1,117 @@
-//! Deletion: preconditions, finalizers, propagation policies (cascading garbage collection of
-//! dependents, synchronously within the request), namespace deletion, collections.
+//! Deletion: preconditions, the propagation policy's finalizers (the API's part of garbage
+//! collection, as upstream's registry does it: `orphan` or `foregroundDeletion` on the object,
+//! dependents left to the garbage collector), graceful pod deletion, finalizers, namespace
+//! deletion (emptied by the namespace controller), collections.
 
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::api::object::stored::{decode, encode, store_err};
 use crate::api::object::{self, name_of};
-use crate::api::registry::{self, RESOURCES, Resource};
+use crate::api::registry::{self, Resource};
 use crate::api::request::{Query, Target};
 use crate::api::status::ApiError;
-use crate::storage::{StoreError, Write};
+
+/// The finalizer that makes the garbage collector orphan an object's dependents first.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The finalizer that makes the garbage collector delete an object's blocking dependents first.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// The propagation policy a delete asks for (`propagationPolicy`, else the legacy
+/// `orphanDependents`), or None for the kind's default.
+fn requested_policy(opts: &Value, q: &Query) -> Result<Option<&'static str>, ApiError> {
+    let explicit = opts["propagationPolicy"]
+        .as_str()
+        .or(q.get("propagationPolicy"))
+        .map(str::to_string);
+    let orphan_dependents = opts["orphanDependents"]
+        .as_bool()
+        .or(q.get("orphanDependents").and_then(|v| v.parse().ok()));
+    if explicit.is_some() && orphan_dependents.is_some() {
+        return Err(invalid_delete_options(
+            "propagationPolicy",
+            "Invalid value: \"null\": orphanDependents and deletionPropagation cannot be both set",
+        ));
+    }
+    match explicit.as_deref() {
+        Some("Background") => Ok(Some("Background")),
+        Some("Foreground") => Ok(Some("Foreground")),
+        Some("Orphan") => Ok(Some("Orphan")),
+        Some(other) => Err(invalid_delete_options(
+            "propagationPolicy",
+            &format!(
+                "Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            ),
+        )),
+        None => Ok(orphan_dependents.map(|o| if o { "Orphan" } else { "Background" })),
+    }
+}
+
+/// A 422 about DeleteOptions, as upstream's validation words it.
+fn invalid_delete_options(field: &str, message: &str) -> ApiError {
+    ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("DeleteOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+        details: Some(json!({
+            "group": "meta.k8s.io", "kind": "DeleteOptions",
+            "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]
+        })),
+    }
+}
+
+/// Upstream's default garbage-collection policy of a kind: batch/v1 Jobs orphan their pods
+/// (kept for compatibility; kubectl always asks for Background), everything else deletes its
+/// dependents in the background.
+fn default_policy(res: &Resource) -> &'static str {
+    if res.group == "batch" && res.plural == "jobs" {
+        "Orphan"
+    } else {
+        "Background"
+    }
+}
+
+/// The object's finalizers after a delete with `policy` (upstream's
+/// `deletionFinalizersForGarbageCollection`): without an explicit policy an existing `orphan` or
+/// `foregroundDeletion` finalizer stays, else the kind's default applies.
+pub(crate) fn finalizers_for_deletion(
+    res: &Resource,
+    current: &[String],
+    policy: Option<&str>,
+) -> Vec<String> {
+    let has = |f: &str| current.iter().any(|c| c == f);
+    let effective = match policy {
+        Some(p) => p,
+        None if has(ORPHAN_FINALIZER) => "Orphan",
+        None if has(FOREGROUND_FINALIZER) => "Foreground",
+        None => default_policy(res),
+    };
+    let mut out: Vec<String> = current
+        .iter()
+        .filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER)
+        .cloned()
+        .collect();
+    match effective {
+        "Orphan" => out.push(ORPHAN_FINALIZER.into()),
+        "Foreground" => out.push(FOREGROUND_FINALIZER.into()),
+        _ => {}
+    }
+    out
+}
+
+fn finalizers_of(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect()
+}
 
 impl Api {
-    /// DELETE of one object. Honours preconditions, finalizers and propagationPolicy.
+    /// DELETE of one object. Honours preconditions, the propagation policy (as finalizers for
+    /// the garbage collector), finalizers and graceful pod deletion.
     pub(crate) async fn delete(&self, t: &Target, opts: &Value, q: &Query) -> Result<Value, ApiError> {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
@@ -42,16 +139,7 @@ impl Api {
                 ),
             ));
         }
-        let policy = opts["propagationPolicy"]
-            .as_str()
-            .or(q.get("propagationPolicy"))
-            .map(str::to_string)
-            .unwrap_or_else(|| "Background".into());
-        if !["Background", "Foreground", "Orphan"].contains(&policy.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "unsupported propagationPolicy {policy:?}"
-            )));
-        }
+        let policy = requested_policy(opts, q)?;
         if q.dry_run()
             || opts["dryRun"]
                 .as_array()
@@ -62,116 +150,48 @@ impl Api {
         if res.group.is_empty() && res.plural == "namespaces" {
             return self.delete_namespace(&name, obj, rev).await;
         }
-        let has_finalizers = obj["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if policy == "Foreground" {
-            // Dependents first (synchronously), then the owner.
-            self.collect_dependents(&obj, "Foreground").await?;
-        }
-        if policy == "Orphan" {
-            self.orphan_dependents(&obj).await?;
+        let current = finalizers_of(&obj);
+        let finalizers = finalizers_for_deletion(res, &current, policy);
+        let key = res.key(t.namespace.as_deref(), &name);
+        if obj["metadata"]["deletionTimestamp"].is_string() {
+            // Already terminating: finalizers or the node will finish it. Only a new explicit
+            // policy changes its garbage-collection finalizer (a delete with grace 0, as
+            // `kubectl delete --force` sends, of a pod without finalizers removes it now).
+            let grace = pod_grace_seconds(res, &obj, opts);
+            if current.is_empty() && grace == 0 && res.group.is_empty() && res.plural == "pods" {
+                return self.remove(res, key, rev, &name).await;
+            }
+            if policy.is_some() && finalizers != current {
+                obj["metadata"]["finalizers"] = json!(finalizers);
+                return self.put_at(res, key, &obj, rev, &name).await;
+            }
+            return Ok(obj);
         }
         // Graceful pod deletion (docs/SEEDS-SPEC.md API-40): a pod on a node that has not terminated
         // stays, with deletionTimestamp = now + grace, until its node finishes it (grace from the
         // request, else spec.terminationGracePeriodSeconds, default 30). Unscheduled or finished
         // pods, and grace 0, go at once.
         let grace = pod_grace_seconds(res, &obj, opts);
-        if has_finalizers || grace > 0 {
-            if obj["metadata"]["deletionTimestamp"].is_null() {
-                let at = SystemTime::now() + std::time::Duration::from_secs(grace as u64);
-                obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(at));
-                obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-                let key = res.key(t.namespace.as_deref(), &name);
-                return self.put_at(res, key, &obj, rev, &name).await;
-            }
-            // Already terminating: finalizers or the node will finish it (a delete with grace 0,
-            // as `kubectl delete --force` sends, does not reach here and removes it now).
-            return Ok(obj);
-        }
-        let key = res.key(t.namespace.as_deref(), &name);
-        let gone = self.remove(res, key, rev, &name).await?;
-        if policy == "Background" {
-            self.collect_dependents(&gone, "Background").await?;
-        }
-        Ok(gone)
-    }
-
-    /// Objects (in the owner's namespace, or anywhere for cluster-scoped owners) whose
-    /// ownerReferences name `owner`'s uid.
-    pub(crate) async fn dependents(
-        &self,
-        owner: &Value,
-    ) -> Result<Vec<(&'static Resource, Value)>, ApiError> {
-        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-        let ns = owner["metadata"]["namespace"].as_str().map(str::to_string);
-        let mut out = Vec::new();
-        for res in RESOURCES.iter().filter(|r| r.namespaced || ns.is_none()) {
-            let prefix = match (&ns, res.namespaced) {
-                (Some(n), true) => res.namespace_prefix(n),
-                _ => res.key_prefix(),
-            };
-            let page = self.store.list(&prefix, None, 0).await.map_err(store_err)?;
-            for kv in &page.items {
-                let obj = decode(kv)?;
-                let owned = obj["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid.as_str())));
-                if owned {
-                    out.push((res, obj));
+        if !finalizers.is_empty() || grace > 0 {
+            let at = SystemTime::now() + std::time::Duration::from_secs(grace as u64);
+            obj["metadata"]["deletionTimestamp"] = json!(object::rfc3339(at));
+            obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            if finalizers.is_empty() {
+                if let Some(m) = obj["metadata"].as_object_mut() {
+                    m.remove("finalizers");
                 }
+            } else {
+                obj["metadata"]["finalizers"] = json!(finalizers);
             }
+            return self.put_at(res, key, &obj, rev, &name).await;
         }
-        Ok(out)
+        // Dependents are the garbage collector's (it sees this deletion).
+        self.remove(res, key, rev, &name).await
     }
 
-    /// Garbage-collects `owner`'s dependents with `policy` (Background or Foreground cascade).
-    pub(crate) async fn collect_dependents(&self, owner: &Value, policy: &str) -> Result<(), ApiError> {
-        for (res, dep) in self.dependents(owner).await? {
-            let t = Target {
-                res,
-                namespace: dep["metadata"]["namespace"].as_str().map(str::to_string),
-                name: Some(name_of(&dep).to_string()),
-                sub: None,
-            };
-            match Box::pin(self.delete(&t, &json!({ "propagationPolicy": policy }), &Query::default())).await
-            {
-                Ok(_) => {}
-                Err(e) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    pub(crate) async fn orphan_dependents(&self, owner: &Value) -> Result<(), ApiError> {
-        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-        for (res, mut dep) in self.dependents(owner).await? {
-            let rev: i64 = dep["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|r| r.parse().ok())
-                .unwrap_or(0);
-            if let Some(refs) = dep["metadata"]["ownerReferences"].as_array_mut() {
-                refs.retain(|r| r["uid"].as_str() != Some(uid.as_str()));
-            }
-            let key = res.key(dep["metadata"]["namespace"].as_str(), name_of(&dep));
-            match self
-                .store
-                .write(Write::Update {
-                    key,
-                    value: encode(&dep),
-                    expected: Some(rev),
-                })
-                .await
-            {
-                Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(store_err(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Namespace deletion: Terminating, then every namespaced object in it, then the namespace.
+    /// Namespace deletion: Terminating with a deletionTimestamp; the namespace controller
+    /// empties it and removes the `kubernetes` finalizer, and the namespace goes away when no
+    /// finalizer is left. A second delete while that runs is a conflict, as upstream.
     pub(crate) async fn delete_namespace(
         &self,
         name: &str,
@@ -180,43 +200,26 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let res =
             registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
-        ns["status"]["phase"] = json!("Terminating");
-        if ns["metadata"]["deletionTimestamp"].is_null() {
-            ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
+        let spec_finalizers = ns["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+        let finalizers = !finalizers_of(&ns).is_empty();
+        let key = res.key(None, name);
+        if !spec_finalizers && !finalizers {
+            return self.remove(res, key, rev, name).await;
         }
-        let terminating = self.put_at(res, res.key(None, name), &ns, rev, name).await?;
-        for r in RESOURCES.iter().filter(|r| r.namespaced) {
-            let page = self
-                .store
-                .list(&r.namespace_prefix(name), None, 0)
-                .await
-                .map_err(store_err)?;
-            for kv in page.items {
-                match self
-                    .store
-                    .write(Write::Delete {
-                        key: kv.key.clone(),
-                        expected: None,
-                    })
-                    .await
-                {
-                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(store_err(e)),
-                }
+        if ns["metadata"]["deletionTimestamp"].is_string() {
+            if spec_finalizers {
+                return Err(ApiError::precondition_failed(
+                    res,
+                    name,
+                    "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.",
+                ));
             }
+            return Ok(ns);
         }
-        match self
-            .store
-            .write(Write::Delete {
-                key: res.key(None, name),
-                expected: None,
-            })
-            .await
-        {
-            Ok(_) | Err(StoreError::NotFound { .. }) => {}
-            Err(e) => return Err(store_err(e)),
-        }
-        Ok(terminating)
+        ns["status"]["phase"] = json!("Terminating");
+        ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
+        ns["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        self.put_at(res, key, &ns, rev, name).await
     }
 
     /// DELETE of a collection (with selectors).

@@ -82,6 +82,12 @@ impl Api {
         }
         let has_status_sub = res.has_subresource("status");
         match t.sub.as_deref() {
+            Some("finalize") => {
+                // Only `spec.finalizers` changes through a namespace's /finalize.
+                let finalizers = new["spec"]["finalizers"].clone();
+                new = old.clone();
+                new["spec"]["finalizers"] = finalizers;
+            }
             Some("status") => {
                 // Only status changes through /status (and, after an apply, the field owners).
                 let status = new["status"].clone();
@@ -128,11 +134,13 @@ impl Api {
             return Ok(new);
         }
         let key = res.key(t.namespace.as_deref(), &name);
-        if deleting && finalizers_empty {
-            // The last finalizer is gone: the object goes away now.
-            let gone = self.remove(res, key, rev, &name).await?;
-            self.collect_dependents(&gone, "Background").await?;
-            return Ok(gone);
+        // A namespace also waits for its `spec.finalizers` (the namespace controller's).
+        let spec_finalizers_empty = !(res.group.is_empty() && res.plural == "namespaces")
+            || new["spec"]["finalizers"].as_array().is_none_or(Vec::is_empty);
+        if deleting && finalizers_empty && spec_finalizers_empty {
+            // The last finalizer is gone: the object goes away now (its dependents are the
+            // garbage collector's).
+            return self.remove(res, key, rev, &name).await;
         }
         self.put_at(res, key, &new, rev, &name).await
     }
