@@ -213,3 +213,51 @@ fn every_namespace_gets_back_its_account_and_ca() {
     c.kubectl(&["delete", "serviceaccount", "default"]);
     c.wait_for(&["sa", "default"], "{.metadata.name}", |v| v == "default");
 }
+
+/// References to owners that do not exist (never did, or another object now has the name) are
+/// dangling: a dependent with only such owners is deleted, one that also has an existing owner
+/// keeps it and loses the dangling reference; nothing with an existing owner is deleted.
+#[test]
+fn dangling_owner_references_are_collected() {
+    let c = cluster();
+    c.kubectl(&["create", "configmap", "owner"]);
+    let uid = c.jsonpath(&["cm", "owner"], "{.metadata.uid}");
+    let dependent = |name: &str, refs: &[(&str, &str)]| {
+        let refs: Vec<String> = refs
+            .iter()
+            .map(|(owner, uid)| {
+                format!(
+                    "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"name\":\"{owner}\",\"uid\":\"{uid}\"}}"
+                )
+            })
+            .collect();
+        c.apply(&format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"{name}\",\"ownerReferences\":[{}]}}}}",
+            refs.join(",")
+        ));
+    };
+    let missing = "00000000-0000-0000-0000-000000000001";
+    dependent("kept", &[("owner", &uid)]);
+    dependent("stale", &[("owner", missing)]);
+    dependent("ghost", &[("nothere", missing)]);
+    dependent("mixed", &[("owner", &uid), ("nothere", missing)]);
+    wait_until("the dependents of missing owners are gone", || {
+        let names = c.kubectl(&["get", "cm", "-o", "name"]);
+        !names.contains("configmap/stale") && !names.contains("configmap/ghost")
+    });
+    c.wait_for(&["cm", "mixed"], "{.metadata.ownerReferences[*].name}", |v| {
+        v == "owner"
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let names = c.kubectl(&["get", "cm", "-o", "name"]);
+    assert!(
+        names.contains("configmap/kept") && names.contains("configmap/mixed"),
+        "{names}"
+    );
+    // The owner goes: so do its dependents.
+    c.kubectl(&["delete", "cm", "owner"]);
+    wait_until("the owner's dependents are gone", || {
+        let names = c.kubectl(&["get", "cm", "-o", "name"]);
+        !names.contains("configmap/kept") && !names.contains("configmap/mixed")
+    });
+}
