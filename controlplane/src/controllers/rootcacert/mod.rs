@@ -78,7 +78,7 @@ async fn reconcile_one(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, Sync
     if !active(&ns) {
         return Ok(Action::await_change());
     }
-    let _ = ctx.configmaps.wait_until_ready().await;
+    super::informer::synced(&ctx.configmaps).await;
     let current = ctx.configmaps.get(&ObjectRef::new(CONFIGMAP).within(&name));
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(ctx.client.clone(), &name);
     let result = match publish(&name, current.as_deref(), &ctx.ca) {

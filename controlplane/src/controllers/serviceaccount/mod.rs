@@ -65,7 +65,7 @@ fn error_policy(ns: Arc<Namespace>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 
 async fn reconcile_one(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
     let name = ns.metadata.name.clone().unwrap_or_default();
-    let _ = ctx.accounts.wait_until_ready().await;
+    super::informer::synced(&ctx.accounts).await;
     let exists = |a: &str| ctx.accounts.get(&ObjectRef::new(a).within(&name)).is_some();
     for sa in reconcile::missing(&ns, exists) {
         let api: kube::Api<ServiceAccount> = kube::Api::namespaced(ctx.client.clone(), &name);
