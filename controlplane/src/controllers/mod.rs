@@ -182,7 +182,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
     let publisher: Option<(&str, Build<'_>)> = match mgr.cfg.root_ca.clone() {
         Some(ca) => Some((rootcacert::NAME, Box::new(|| rootcacert::controller(&mgr, ca)))),
         None => {
-            tracing::warn!("no root CA given: the root-ca-cert-publisher does not run");
+            tracing::warn!("no root CA given: the root CA publisher does not run");
             None
         }
     };

@@ -1,4 +1,5 @@
-//! The root CA publisher (`root-ca-cert-publisher`, CTL-62): every active namespace has the
+//! The root CA publisher (`root-ca-cert-publisher`, `--controllers` name
+//! `root-ca-certificate-publisher-controller`; CTL-62): every active namespace has the
 //! `kube-root-ca.crt` ConfigMap whose `ca.crt` is the cluster's CA, created again if deleted
 //! and corrected if changed.
 
@@ -18,8 +19,10 @@ use self::reconcile::{NAME as CONFIGMAP, Publish, publish};
 use super::serviceaccount::{namespace_of, reconcile::active};
 use super::{Failures, Manager, Running};
 
-/// Upstream's controller name.
-pub const NAME: &str = "root-ca-cert-publisher";
+/// Upstream's controller name (for `--controllers`).
+pub const NAME: &str = "root-ca-certificate-publisher-controller";
+/// Upstream's component name (its work queue and logs).
+pub const COMPONENT: &str = "root-ca-cert-publisher";
 
 /// Errors of one sync.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +72,7 @@ pub fn controller(mgr: &Manager, ca: String) -> Running {
 fn error_policy(ns: Arc<Namespace>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
     let name = ns.metadata.name.clone().unwrap_or_default();
     let delay = ctx.failures.next_delay(&name);
-    tracing::warn!(namespace = %name, error = %err, retry_in = ?delay, "publishing the root CA failed");
+    tracing::warn!(component = COMPONENT, namespace = %name, error = %err, retry_in = ?delay, "publishing the root CA failed");
     Action::requeue(delay)
 }
 
