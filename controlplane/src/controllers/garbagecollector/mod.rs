@@ -349,9 +349,17 @@ async fn classify(
             let g = ctx.graph.lock().unwrap_or_else(|p| p.into_inner());
             g.nodes.get(&r.uid).and_then(|n| n.observed.clone())
         };
+        let owner_namespaced = ctx.namespaced(&r.api_version, &r.kind);
         let state = match cached {
             Some(o) if o.deleting_dependents() => OwnerState::WaitingForDependents,
             Some(_) => OwnerState::Solid,
+            None if !reconcile::resolvable(dep.namespace.is_some(), owner_namespaced) => {
+                // A cluster-scoped object cannot name a namespaced owner: upstream leaves it
+                // alone (the reference can never be resolved).
+                tracing::warn!(object = %show(dep), owner = %r.name, kind = %r.kind,
+                    "garbage collector: a cluster-scoped object names a namespaced owner; ignored");
+                OwnerState::Solid
+            }
             None if ctx
                 .absent
                 .lock()
@@ -361,7 +369,7 @@ async fn classify(
                 OwnerState::Dangling
             }
             None => {
-                let id = reconcile::owner_identity(r, dep, ctx.namespaced(&r.api_version, &r.kind));
+                let id = reconcile::owner_identity(r, dep, owner_namespaced);
                 match ctx.get_live(&id).await? {
                     None => {
                         let mut absent = ctx.absent.lock().unwrap_or_else(|p| p.into_inner());

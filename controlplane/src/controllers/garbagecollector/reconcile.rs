@@ -93,6 +93,13 @@ pub fn owner_identity(r: &OwnerReference, dependent: &Identity, namespaced: bool
     }
 }
 
+/// Whether a dependent (namespaced or not) can name an owner of that scope: a namespaced
+/// dependent may have namespaced (same namespace) or cluster-scoped owners, a cluster-scoped
+/// one only cluster-scoped owners.
+pub fn resolvable(dependent_namespaced: bool, owner_namespaced: bool) -> bool {
+    dependent_namespaced || !owner_namespaced
+}
+
 fn blocks(r: &OwnerReference) -> bool {
     r.block_owner_deletion == Some(true)
 }

@@ -374,3 +374,21 @@ fn uid_mismatch_is_a_different_owner() {
     assert!(g.nodes["r"].observed.is_none());
     assert!(g.nodes["r2"].dependents.is_empty());
 }
+
+#[test]
+fn a_cluster_scoped_dependent_cannot_name_a_namespaced_owner() {
+    let cases = [
+        ("namespaced dependent, namespaced owner", true, true, true),
+        ("namespaced dependent, cluster-scoped owner", true, false, true),
+        (
+            "cluster-scoped dependent, cluster-scoped owner",
+            false,
+            false,
+            true,
+        ),
+        ("cluster-scoped dependent, namespaced owner", false, true, false),
+    ];
+    for (what, dep, owner, want) in cases {
+        assert_eq!(resolvable(dep, owner), want, "{what}");
+    }
+}
