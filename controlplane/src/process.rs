@@ -5,6 +5,20 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+/// Where a child's stderr goes: a file `<name>-<pid of this test process>.log` in the directory
+/// `NODEOS_TEST_LOG_DIR` names (to read a failed test's server and hollow-node logs), else
+/// nowhere.
+fn log_sink(name: &str) -> Stdio {
+    let Some(dir) = std::env::var_os("NODEOS_TEST_LOG_DIR") else {
+        return Stdio::null();
+    };
+    let path = Path::new(&dir).join(format!("{name}-{}.log", std::process::id()));
+    match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::null(),
+    }
+}
 use std::time::{Duration, Instant};
 
 /// A running `controlplane serve`.
@@ -32,7 +46,7 @@ impl ServerProcess {
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_sink(&format!("serve-{port}")))
             .spawn()?;
         let stdout = child
             .stdout
@@ -159,7 +173,7 @@ impl HollowProcess {
             .args(["--count", &count.to_string(), "--name-prefix", prefix])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_sink(&format!("hollow-{prefix}")))
             .spawn()?;
         let stdout = child
             .stdout
