@@ -299,8 +299,17 @@ async fn client_of(dir: &Path) -> Result<kube::Client> {
     Ok(transport::kubeapi::from_kubeconfig(&dir.join("admin.kubeconfig"), "scheduler-bench").await?)
 }
 
+/// Extra `serve` arguments for experiments (`SCHEDULER_BENCH_SERVE_ARGS="--no-controllers"`).
+fn serve_args() -> Vec<String> {
+    std::env::var("SCHEDULER_BENCH_SERVE_ARGS")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 async fn basic(bin: &Path, dir: &Path, nodes: usize, pods: usize) -> Result<Value> {
-    let server = ServerProcess::spawn(bin, dir, &[])?;
+    let args = serve_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = ServerProcess::spawn(bin, dir, &args)?;
     let pid = server.pid();
     let client = client_of(dir).await?;
     let raw = Raw::new(dir, server.port)?;
