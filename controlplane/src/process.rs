@@ -358,3 +358,29 @@ impl TestCluster {
         )
     }
 }
+
+/// A `/proc/PID/status` value in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn proc_status(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in seconds (clock ticks of 1/100 s).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // After the ')' field 0 is the state; utime and stime are fields 14 and 15 of the line (11, 12 here).
+    (ticks(11) + ticks(12)) / 100.0
+}
