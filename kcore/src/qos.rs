@@ -12,8 +12,8 @@
 //! - **`oom_score_adj`** (`GetContainerOOMScoreAdjust`): node-critical pods and Guaranteed pods
 //!   −997, BestEffort 1000, Burstable `1000 − 1000 × memoryRequest / nodeMemory` (plus the pod-level
 //!   memory request not allotted to containers, spread evenly over them), a sidecar never above the
-//!   smallest regular container's score, then clamped to [3, 999]. The pause process gets −998
-//!   (what containerd gives the sandbox).
+//!   smallest regular container's score, then clamped to [3, 999]. (The pause process's −998 is
+//!   the runtime's own choice, as containerd's.)
 //! - **Pod cgroup** (`ResourceConfigForPod`): weight from the pod's effective cpu request; a
 //!   Guaranteed pod's slice is limited by its cpu and memory limits; a Burstable pod's only for a
 //!   resource every container (init containers included) limits, or the pod itself does; a
@@ -33,8 +33,6 @@ use crate::resources;
 pub const GUARANTEED_OOM_SCORE_ADJ: i32 = -997;
 /// `oom_score_adj` of BestEffort containers.
 pub const BEST_EFFORT_OOM_SCORE_ADJ: i32 = 1000;
-/// `oom_score_adj` of the pause process (the sandbox).
-pub const PAUSE_OOM_SCORE_ADJ: i32 = -998;
 /// Priorities from here up are critical (`system-cluster-critical` is 2,000,000,000).
 pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// The priority class of pods the node needs to work at all.
