@@ -176,6 +176,22 @@ impl Informers {
 
     /// Waits until every informer has listed once.
     pub async fn wait_synced<K: Object>(&self) {
-        let _ = self.get::<K>().reader().wait_until_ready().await;
+        synced(&self.get::<K>().reader()).await;
+    }
+}
+
+/// How often [`synced`] looks again.
+const SYNC_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits until `store` has listed once. Use this instead of `Store::wait_until_ready`, which
+/// wakes only one of several tasks waiting at once: kube-runtime 2.0's `DelayedInit` keeps the
+/// waker of the last poll only (a futures oneshot receiver), so with several controllers waiting
+/// for the same cache the others may never wake. Polled without relying on that waker.
+pub async fn synced<K: Object>(store: &Store<K>) {
+    loop {
+        match futures::FutureExt::now_or_never(store.wait_until_ready()) {
+            Some(_) => return,
+            None => tokio::time::sleep(SYNC_POLL).await,
+        }
     }
 }

@@ -149,10 +149,10 @@ async fn record(ctx: &Ctx, involved: &Involved, kind: Kind, reason: &str, messag
 
 async fn reconcile_pdb(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
     // The budget cache is ready (the controller waits for it); the others may not be yet.
-    let _ = ctx.pods.wait_until_ready().await;
-    let _ = ctx.replicasets.wait_until_ready().await;
-    let _ = ctx.deployments.wait_until_ready().await;
-    let _ = ctx.statefulsets.wait_until_ready().await;
+    super::informer::synced(&ctx.pods).await;
+    super::informer::synced(&ctx.replicasets).await;
+    super::informer::synced(&ctx.deployments).await;
+    super::informer::synced(&ctx.statefulsets).await;
     let key = key_of(&*pdb);
     let action = match sync(&pdb, &ctx).await {
         Ok(a) => a,

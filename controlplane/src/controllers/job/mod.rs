@@ -191,8 +191,8 @@ async fn clean_orphans(
     jobs: Store<Job>,
     pods: Store<Pod>,
 ) {
-    let _ = jobs.wait_until_ready().await;
-    let _ = pods.wait_until_ready().await;
+    super::informer::synced(&jobs).await;
+    super::informer::synced(&pods).await;
     while let Some(r) = rx.recv().await {
         let Some(pod) = pods.get(&r) else { continue };
         if !is_orphan(&pod, &jobs) {

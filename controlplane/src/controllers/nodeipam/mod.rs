@@ -102,7 +102,7 @@ fn error_policy(node: Arc<Node>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 
 /// The CIDRs the nodes in the cache hold (once, before the first allocation).
 async fn load(ctx: &Ctx) {
-    let _ = ctx.nodes.wait_until_ready().await;
+    super::informer::synced(&ctx.nodes).await;
     let mut a = ctx.allocator();
     for n in ctx.nodes.state() {
         let uid = n.metadata.uid.as_deref().unwrap_or_default();

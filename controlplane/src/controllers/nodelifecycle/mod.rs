@@ -309,9 +309,9 @@ async fn watch_pods(
 }
 
 async fn run_monitor(ctx: Arc<Ctx>) {
-    let _ = ctx.nodes.wait_until_ready().await;
-    let _ = ctx.leases.wait_until_ready().await;
-    let _ = ctx.pods.wait_until_ready().await;
+    super::informer::synced(&ctx.nodes).await;
+    super::informer::synced(&ctx.leases).await;
+    super::informer::synced(&ctx.pods).await;
     let mut tick = tokio::time::interval(ctx.cfg.monitor_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -550,7 +550,7 @@ async fn process_taint_based_eviction(ctx: &Arc<Ctx>, node: &Node, observed: &st
 }
 
 async fn run_tainting(ctx: Arc<Ctx>) {
-    let _ = ctx.nodes.wait_until_ready().await;
+    super::informer::synced(&ctx.nodes).await;
     let mut tick = tokio::time::interval(TAINTING_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -47,8 +47,8 @@ pub fn controller(mgr: &Manager) -> Running {
         quarantine: Mutex::new(Quarantine::default()),
     });
     Box::pin(async move {
-        let _ = ctx.pods.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
+        super::informer::synced(&ctx.pods).await;
+        super::informer::synced(&ctx.nodes).await;
         let mut tick = tokio::time::interval(ctx.cfg.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
