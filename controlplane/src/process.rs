@@ -6,6 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// How long one kubectl command of a test may run.
+const KUBECTL_DEADLINE: Duration = Duration::from_secs(180);
+
 /// Where a child's stderr goes: a file `<name>-<pid of this test process>.log` in the directory
 /// `NODEOS_TEST_LOG_DIR` names (to read a failed test's server and hollow-node logs), else
 /// nowhere.
@@ -280,8 +283,12 @@ impl TestCluster {
     }
 
     /// Runs kubectl (with `stdin`); returns (success, stdout, stderr).
+    /// A kubectl that has not finished after `KUBECTL_DEADLINE` is stopped (coreutils `timeout`)
+    /// and fails, so a hung command fails its test instead of holding the whole suite.
     pub fn kubectl_result(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut child = Command::new("kubectl")
+        let mut child = Command::new("timeout")
+            .arg(KUBECTL_DEADLINE.as_secs().to_string())
+            .arg("kubectl")
             .env("KUBECONFIG", self.kubeconfig())
             .arg("--cache-dir")
             .arg(self.dir.path().join("kube-cache"))
@@ -303,10 +310,16 @@ impl TestCluster {
             drop(child.stdin.take());
         }
         let out = child.wait_with_output().expect("kubectl output");
+        let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() == Some(124) {
+            stderr.push_str(&format!(
+                "kubectl {args:?} still running after {KUBECTL_DEADLINE:?}: stopped"
+            ));
+        }
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            stderr,
         )
     }
 
