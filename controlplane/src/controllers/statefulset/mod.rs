@@ -24,7 +24,7 @@ use serde_json::json;
 use super::history;
 use super::index::OwnerIndex;
 use super::podutil::controller_owner;
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 use reconcile::{RevisionStep, Step};
 
@@ -103,17 +103,11 @@ pub fn controller(mgr: &Manager) -> Running {
 }
 
 fn error_policy(set: Arc<StatefulSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.failures.next_delay(&key_of(&*set));
-    tracing::warn!(statefulset = %key_of(&*set), error = %err, retry_in = ?delay, "sync failed");
-    Action::requeue(delay)
+    retry_after_failure(&ctx.failures, "statefulset", &*set, err)
 }
 
 async fn reconcile_one(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("statefulset", key = %key_of(&*set));
-    let _e = span.enter();
-    let action = sync(&set, &ctx).await?;
-    ctx.failures.reset(&key_of(&*set));
-    Ok(action)
+    run_sync(&ctx.failures, "statefulset", &*set, sync(&set, &ctx)).await
 }
 
 fn api_message(e: &kube::Error) -> String {
