@@ -304,7 +304,7 @@ cmd_test() {
   fi
 }
 
-# bench [boot|api|runtime|scheduler]
+# bench [boot|api|runtime|scheduler|controllers]
 cmd_bench() {
   local name="${1:-boot}"
   case "$name" in
@@ -339,7 +339,15 @@ cmd_bench() {
       "$CARGO_TARGET_DIR/release/scheduler-bench" "$OUT_DIR/bench/scheduler.json" || die "the scheduler benchmark failed"
       say "bench scheduler -> $OUT_DIR/bench/scheduler.json"
       ;;
-    *) die "unknown benchmark '$name' (boot, api, runtime or scheduler)" ;;
+    controllers)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_setup_if_needed
+      step "build: control plane and controllers benchmark (release)" cargo build --locked --release -p controlplane --features testing \
+        || die "building the control plane failed"
+      "$CARGO_TARGET_DIR/release/controllers-bench" "$OUT_DIR/bench/controllers.json" || die "the controllers benchmark failed"
+      say "bench controllers -> $OUT_DIR/bench/controllers.json"
+      ;;
+    *) die "unknown benchmark '$name' (boot, api, runtime, scheduler or controllers)" ;;
   esac
 }
 
@@ -353,7 +361,7 @@ main() {
     cluster) cmd_cluster "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|cluster up|down|status|node ...|test [unit|api|vm|runtime|all]|bench [boot|api|runtime|scheduler]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|cluster up|down|status|node ...|test [unit|api|vm|runtime|all]|bench [boot|api|runtime|scheduler|controllers]" ;;
   esac
 }
 main "$@"

@@ -54,7 +54,7 @@ pub enum ExecError {
         container: String,
     },
     #[error(transparent)]
-    Runtime(#[from] runtime::api::ClientError),
+    Runtime(#[from] runtime_api::ClientError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -67,6 +67,8 @@ impl ExecError {
         match self {
             ExecError::NoCommand => 400,
             ExecError::Task(_) => 500,
+            ExecError::Runtime(e) if e.kind() == runtime_api::ErrorKind::Unavailable => 503,
+            ExecError::Runtime(e) if e.kind() == runtime_api::ErrorKind::Internal => 500,
             ExecError::NotRunning { .. } | ExecError::Runtime(_) | ExecError::Io(_) => 404,
         }
     }
@@ -105,8 +107,8 @@ impl ExecRequest {
     }
 }
 
-fn runtime_client() -> Result<runtime::api::Client, ExecError> {
-    Ok(runtime::api::Client::connect(Path::new(runtime::api::SOCKET))?)
+fn runtime_client() -> Result<runtime_api::Client, ExecError> {
+    Ok(runtime_api::Client::connect(Path::new(runtime_api::SOCKET))?)
 }
 
 /// The runtime id of the running container `name` of pod `namespace/pod`.
@@ -122,7 +124,7 @@ pub fn find_container(namespace: &str, pod: &str, name: &str) -> Result<String, 
     containers
         .iter()
         .find(|c| {
-            ids.contains(&c.sandbox_id.as_str()) && c.name == name && c.state == runtime::api::State::Running
+            ids.contains(&c.sandbox_id.as_str()) && c.name == name && c.state == runtime_api::State::Running
         })
         .map(|c| c.id.clone())
         .ok_or_else(|| ExecError::NotRunning {
@@ -179,7 +181,7 @@ impl Stdio {
     /// Three pipes, or one pseudo-terminal for all three with `tty`.
     fn new(tty: bool) -> std::io::Result<Self> {
         if tty {
-            let (master, slave) = runtime::pty::openpty()?;
+            let (master, slave) = runtime_api::pty::openpty()?;
             let reader = master.try_clone()?;
             let child = [slave.try_clone()?, slave.try_clone()?, slave];
             return Ok(Stdio {
@@ -300,7 +302,7 @@ async fn write_messages<S: AsyncRead + AsyncWrite + Unpin>(
 /// Copies a descriptor's output to the client on `channel` until EOF (or EIO, a closed
 /// terminal). Reads are asynchronous, so dropping the task closes the descriptor.
 async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Message>) {
-    if runtime::pty::set_nonblocking(fd.as_fd()).is_err() {
+    if runtime_api::pty::set_nonblocking(fd.as_fd()).is_err() {
         return;
     }
     // `AsyncFd::new` is deprecated because a `T` that does not own its descriptor could close it
@@ -421,7 +423,7 @@ async fn on_channel(
         Some(&RESIZE) => {
             if let (Some(fd), Ok(size)) = (resize_fd, serde_json::from_slice::<TerminalSize>(&data[1..])) {
                 let dim = |n: u64| u16::try_from(n).unwrap_or(u16::MAX);
-                let _ = runtime::pty::set_window_size(fd.as_fd(), dim(size.width), dim(size.height));
+                let _ = runtime_api::pty::set_window_size(fd.as_fd(), dim(size.width), dim(size.height));
             }
         }
         Some(&CLOSE) if data[1..] == [STDIN] && !tty => *stdin = None,

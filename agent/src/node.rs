@@ -160,6 +160,11 @@ fn arch() -> &'static str {
     }
 }
 
+/// The machine's memory (bytes): what Burstable containers' `oom_score_adj` is relative to.
+pub fn memory_capacity() -> u64 {
+    memory_kib() * 1024
+}
+
 fn memory_kib() -> u64 {
     read_trim("/proc/meminfo")
         .lines()

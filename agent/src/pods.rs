@@ -15,11 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use runtime::api::{
-    Client, ClientError, ContainerConfig, ContainerStatus, Dns, SandboxConfig, SandboxStatus, State,
+use runtime_api::{
+    Client, ClientError, ContainerConfig, ContainerStatus, Dns, ErrorKind, PodResources, PullPolicy,
+    QosClass, Resources, SandboxConfig, SandboxStatus, State,
 };
-use runtime::cgroups::Resources;
-use runtime::image::store::{ImageStore, PullOptions, StoreError};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
@@ -46,11 +45,13 @@ pub struct PodSettings {
 #[derive(Debug, thiserror::Error)]
 enum PodError {
     #[error(transparent)]
-    InvalidImageName(StoreError),
+    InvalidImageName(ClientError),
     #[error("Container image \"{image}\" is not present with pull policy of Never")]
     NeverPull { image: String },
     #[error(transparent)]
-    ImagePull(StoreError),
+    ImagePull(ClientError),
+    #[error("the pod spec cannot be read: {0}")]
+    Spec(serde_json::Error),
     #[error(transparent)]
     RuntimeUnavailable(ClientError),
     #[error(transparent)]
@@ -71,6 +72,7 @@ impl PodError {
             PodError::NeverPull { .. } => "ErrImageNeverPull",
             PodError::ImagePull(_) => "ErrImagePull",
             PodError::RuntimeUnavailable(_) => "RuntimeUnavailable",
+            PodError::Spec(_) => "CreateContainerConfigError",
             PodError::CreateSandbox(_) => "FailedCreatePodSandBox",
             PodError::CreateContainer(_) | PodError::NotInSpec | PodError::Runtime(_) => {
                 "CreateContainerError"
@@ -115,7 +117,7 @@ fn now() -> String {
 }
 
 fn runtime_client() -> Result<Client, ClientError> {
-    Client::connect(Path::new(runtime::api::SOCKET))
+    Client::connect(Path::new(runtime_api::SOCKET))
 }
 
 fn resources(c: &Value) -> Resources {
@@ -156,7 +158,40 @@ fn node_dns() -> Dns {
     }
 }
 
-fn container_config(pod: &Value, c: &Value, restarts: u32) -> ContainerConfig {
+/// The pod as its typed object (QoS and OOM policy read it). Parsed from text, as kube parses
+/// the pods it lists: one instance of the `Pod` deserializer in the node binary, not a second
+/// one over `Value` (that costs ~0.5 MB).
+fn typed_pod(pod: &Value) -> Result<ApiPod, PodError> {
+    serde_json::from_str(&pod.to_string()).map_err(PodError::Spec)
+}
+
+/// The pod slice's parent and values, as kcore decides them for every node of the cluster.
+fn pod_resources(pod: &ApiPod) -> PodResources {
+    let cg = kcore::qos::pod_cgroup(pod);
+    PodResources {
+        qos: match cg.qos {
+            kcore::qos::QosClass::Guaranteed => QosClass::Guaranteed,
+            kcore::qos::QosClass::Burstable => QosClass::Burstable,
+            kcore::qos::QosClass::BestEffort => QosClass::BestEffort,
+        },
+        cpu_request_milli: cg.cpu_request_milli,
+        cpu_limit_milli: cg.cpu_limit_milli,
+        memory_limit: cg.memory_limit,
+    }
+}
+
+/// `oom_score_adj` of container `name` of `pod` on a node with `node_memory` bytes.
+fn oom_score_adj(pod: &ApiPod, name: &str, node_memory: u64) -> i32 {
+    let spec = pod.spec.as_ref();
+    spec.into_iter()
+        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .find(|c| c.name == name)
+        .map_or(kcore::qos::BEST_EFFORT_OOM_SCORE_ADJ, |c| {
+            kcore::qos::container_oom_score_adj(pod, c, node_memory)
+        })
+}
+
+fn container_config(pod: &Value, c: &Value, restarts: u32, oom_score_adj: i32) -> ContainerConfig {
     let name = c["name"].as_str().unwrap_or_default().to_string();
     let meta = &pod["metadata"];
     let mut env: Vec<String> = Vec::new();
@@ -197,7 +232,7 @@ fn container_config(pod: &Value, c: &Value, restarts: u32) -> ContainerConfig {
         run_as_user: uid,
         run_as_group: gid,
         resources: resources(c),
-        node_critical: pod["spec"]["priorityClassName"].as_str() == Some("system-node-critical"),
+        oom_score_adj,
         read_only_root_filesystem: sc["readOnlyRootFilesystem"].as_bool().unwrap_or(false),
         no_new_privileges: sc["allowPrivilegeEscalation"].as_bool() == Some(false),
         log_path: Some(format!("{name}/{restarts}.log")),
@@ -257,12 +292,23 @@ async fn post_events(client: &kube::Client, node: &str, pod: &Value, events: Vec
     }
 }
 
-/// Makes sure the image is on the node per the container's pull policy.
-fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Result<(), PodError> {
+/// Makes sure the image is on the node per the container's pull policy, through the runtime.
+fn ensure_image(
+    rt: &mut Client,
+    c: &Value,
+    insecure_registries: &[String],
+    events: &mut Vec<Event>,
+) -> Result<(), PodError> {
     let image = c["image"].as_str().unwrap_or_default();
     let cname = c["name"].as_str().unwrap_or_default();
     let policy = c["imagePullPolicy"].as_str().unwrap_or("IfNotPresent");
-    let present = store.get(image).map_err(PodError::InvalidImageName)?.is_some();
+    let present = rt
+        .image_status(image)
+        .map_err(|e| match e.kind() {
+            ErrorKind::Invalid => PodError::InvalidImageName(e),
+            _ => PodError::RuntimeUnavailable(e),
+        })?
+        .is_some();
     match policy {
         "Never" if !present => Err(PodError::NeverPull { image: image.into() }),
         "IfNotPresent" | "Never" if present => {
@@ -277,7 +323,12 @@ fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Resul
         }
         _ => {
             events.push(normal("Pulling", cname, format!("Pulling image \"{image}\"")));
-            match store.pull(image, &PullOptions::default()) {
+            let pull = if policy == "Always" {
+                PullPolicy::Always
+            } else {
+                PullPolicy::IfNotPresent
+            };
+            match rt.pull_image(image, pull, None, insecure_registries.to_vec()) {
                 Ok(_) => {
                     events.push(normal(
                         "Pulled",
@@ -303,16 +354,17 @@ fn ensure_image(store: &ImageStore, c: &Value, events: &mut Vec<Event>) -> Resul
 /// Pulls, runs the sandbox, creates and starts every container (blocking).
 fn start_pod(
     pod: &Value,
-    store: &ImageStore,
+    node: &NodeFacts,
     events: &mut Vec<Event>,
 ) -> Result<(SandboxStatus, BTreeMap<String, Ctr>), PodError> {
     let spec = &pod["spec"];
     let meta = &pod["metadata"];
+    let typed = typed_pod(pod)?;
     let containers: Vec<Value> = spec["containers"].as_array().cloned().unwrap_or_default();
-    for c in &containers {
-        ensure_image(store, c, events)?;
-    }
     let mut rt = runtime_client().map_err(PodError::RuntimeUnavailable)?;
+    for c in &containers {
+        ensure_image(&mut rt, c, &node.insecure_registries, events)?;
+    }
     let (ns, name, uid) = (
         meta["namespace"].as_str().unwrap_or("default"),
         meta["name"].as_str().unwrap_or_default(),
@@ -325,7 +377,7 @@ fn start_pod(
             uid: uid.into(),
             hostname: spec["hostname"].as_str().map(str::to_string),
             dns: node_dns(),
-            containers: containers.iter().map(resources).collect(),
+            resources: pod_resources(&typed),
             share_process_namespace: spec["shareProcessNamespace"].as_bool().unwrap_or(false),
             log_directory: Some(PathBuf::from(format!("/var/log/pods/{ns}_{name}_{uid}"))),
             ..SandboxConfig::default()
@@ -333,7 +385,8 @@ fn start_pod(
         .map_err(PodError::CreateSandbox)?;
     let mut out = BTreeMap::new();
     for c in &containers {
-        let cfg = container_config(pod, c, 0);
+        let name = c["name"].as_str().unwrap_or_default();
+        let cfg = container_config(pod, c, 0, oom_score_adj(&typed, name, node.memory));
         let started = rt
             .create_container(&sb.id, cfg.clone())
             .and_then(|st| rt.start_container(&st.id));
@@ -479,14 +532,16 @@ fn restart(
     name: &str,
     old: &str,
     restarts: u32,
+    node_memory: u64,
 ) -> Result<ContainerStatus, PodError> {
     let c = pod["spec"]["containers"]
         .as_array()
         .and_then(|l| l.iter().find(|c| c["name"].as_str() == Some(name)))
         .ok_or(PodError::NotInSpec)?;
+    let oom = oom_score_adj(&typed_pod(pod)?, name, node_memory);
     let mut rt = runtime_client()?;
     let _ = rt.remove_container(old);
-    let st = rt.create_container(&sandbox.id, container_config(pod, c, restarts))?;
+    let st = rt.create_container(&sandbox.id, container_config(pod, c, restarts, oom))?;
     Ok(rt.start_container(&st.id)?)
 }
 
@@ -510,11 +565,20 @@ fn pod_span(namespace: &str, name: &str, uid: &str) -> tracing::Span {
     tracing::info_span!("pod", namespace, name, uid)
 }
 
-/// What every pod step needs: the API, the node, the images.
+/// What a pod start needs to know about the node (moved into blocking tasks).
+#[derive(Debug, Clone)]
+struct NodeFacts {
+    /// Registries reached over plain HTTP, for the runtime's pulls.
+    insecure_registries: Vec<String>,
+    /// The machine's memory (bytes), for Burstable `oom_score_adj`.
+    memory: u64,
+}
+
+/// What every pod step needs: the API and the node.
 struct Ctx {
     client: kube::Client,
     settings: PodSettings,
-    store: Arc<ImageStore>,
+    node: Arc<NodeFacts>,
 }
 
 /// The pod workers: the pods this agent runs, by uid.
@@ -525,30 +589,17 @@ struct Worker {
 
 /// Reconciles this node's pods forever.
 pub async fn run(client: kube::Client, settings: PodSettings) {
-    let store = match ImageStore::open(
-        Path::new(runtime::IMAGE_ROOT),
-        match runtime::image::http::Client::with_system_roots() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "no HTTP client for registries; pods will not run");
-                return;
-            }
-        },
-        settings.insecure_registries.clone(),
-    ) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot open the image store; pods will not run");
-            return;
-        }
-    };
+    let node = Arc::new(NodeFacts {
+        insecure_registries: settings.insecure_registries.clone(),
+        memory: crate::node::memory_capacity(),
+    });
     let all_pods: kube::Api<ApiPod> = kube::Api::all(client.clone());
     let mine = ListParams::default().fields(&format!("spec.nodeName={}", settings.node));
     let mut worker = Worker {
         ctx: Ctx {
             client,
             settings,
-            store,
+            node,
         },
         pods: readopt().await,
     };
@@ -771,10 +822,10 @@ impl Ctx {
     /// containers' waiting reason) and retried with back-off.
     async fn start(&self, p: &mut Pod, pod: &Value) {
         tracing::debug!("starting the pod");
-        let (pod2, store) = (pod.clone(), self.store.clone());
+        let (pod2, node) = (pod.clone(), self.node.clone());
         let result = blocking(move || {
             let mut events = Vec::new();
-            let r = start_pod(&pod2, &store, &mut events);
+            let r = start_pod(&pod2, &node, &mut events);
             (r, events)
         })
         .await;
@@ -829,8 +880,8 @@ impl Ctx {
                 }
                 Some(at) if Instant::now() >= at => {
                     let (pod2, sb2, old, n) = (pod.clone(), sb.clone(), t.id.clone(), t.restarts + 1);
-                    let cn = cname.clone();
-                    match blocking(move || restart(&pod2, &sb2, &cn, &old, n)).await {
+                    let (cn, memory) = (cname.clone(), self.node.memory);
+                    match blocking(move || restart(&pod2, &sb2, &cn, &old, n, memory)).await {
                         Some(Ok(new)) => {
                             let evs = vec![
                                 normal("Created", cname, "Container created".into()),
@@ -857,28 +908,132 @@ impl Ctx {
 mod tests {
     use super::*;
 
-    fn store(root: &Path) -> ImageStore {
-        let client = runtime::image::http::Client::new(&[]).expect("HTTP client");
-        ImageStore::open(root, client, Vec::new()).expect("image store")
+    /// A runtime that answers each request line with the next canned reply.
+    fn fake_runtime(replies: Vec<&'static str>) -> Client {
+        use std::io::{BufRead, BufReader, Write};
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        std::thread::spawn(move || {
+            let mut w = theirs.try_clone().expect("clone");
+            let mut lines = BufReader::new(theirs).lines();
+            for reply in replies {
+                if lines.next().is_none() {
+                    break;
+                }
+                // One reply a line: the canned texts may be written over several lines.
+                let line = serde_json::from_str::<Value>(reply)
+                    .expect("canned reply")
+                    .to_string();
+                let _ = w.write_all(line.as_bytes()).and_then(|()| w.write_all(b"\n"));
+            }
+        });
+        Client::from_stream(ours)
     }
+
+    const PRESENT: &str = r#"{"result":"imageStatus","image":{"reference":"docker.io/library/busybox:1",
+        "id":"sha256:c","digest":"sha256:m","size":1}}"#;
+    const ABSENT: &str = r#"{"result":"imageStatus","image":null}"#;
 
     #[test]
     fn image_failures_keep_the_kubelet_reasons_and_texts() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = store(dir.path());
         let mut events = Vec::new();
         let never = json!({"name": "main", "image": "busybox", "imagePullPolicy": "Never"});
-        let e = ensure_image(&store, &never, &mut events).expect_err("not present");
+        let e = ensure_image(&mut fake_runtime(vec![ABSENT]), &never, &[], &mut events).expect_err("absent");
         assert_eq!(e.reason(), "ErrImageNeverPull");
         assert_eq!(
             e.to_string(),
             r#"Container image "busybox" is not present with pull policy of Never"#
         );
         let bad = json!({"name": "main", "image": "not a reference"});
-        let e = ensure_image(&store, &bad, &mut events).expect_err("invalid");
+        let invalid =
+            r#"{"result":"error","kind":"Invalid","message":"invalid image reference \"not a reference\""}"#;
+        let e = ensure_image(&mut fake_runtime(vec![invalid]), &bad, &[], &mut events).expect_err("invalid");
         assert_eq!(e.reason(), "InvalidImageName");
+        assert_eq!(e.to_string(), r#"invalid image reference "not a reference""#);
         assert!(events.is_empty(), "{events:?}");
+        let down =
+            r#"{"result":"error","kind":"Unavailable","message":"connecting to 10.0.2.100:5000: refused"}"#;
+        let e = ensure_image(
+            &mut fake_runtime(vec![ABSENT, down]),
+            &never_pull_policy("IfNotPresent"),
+            &[],
+            &mut events,
+        )
+        .expect_err("registry down");
+        assert_eq!(e.reason(), "ErrImagePull");
+        let texts: Vec<(&str, &str)> = events.iter().map(|e| (e.reason, e.message.as_str())).collect();
+        assert_eq!(
+            texts,
+            [
+                ("Pulling", r#"Pulling image "busybox""#),
+                (
+                    "Failed",
+                    r#"Failed to pull image "busybox": connecting to 10.0.2.100:5000: refused"#
+                )
+            ]
+        );
         assert_eq!(PodError::NotInSpec.to_string(), "container gone from the spec");
+    }
+
+    fn never_pull_policy(policy: &str) -> Value {
+        json!({"name": "main", "image": "busybox", "imagePullPolicy": policy})
+    }
+
+    #[test]
+    fn images_present_or_pulled_through_the_runtime() {
+        let mut events = Vec::new();
+        ensure_image(
+            &mut fake_runtime(vec![PRESENT]),
+            &never_pull_policy("IfNotPresent"),
+            &[],
+            &mut events,
+        )
+        .expect("present");
+        let pulled = r#"{"result":"image","image":{"reference":"docker.io/library/busybox:1",
+            "id":"sha256:c","digest":"sha256:m","size":1}}"#;
+        ensure_image(
+            &mut fake_runtime(vec![PRESENT, pulled]),
+            &never_pull_policy("Always"),
+            &["10.0.2.100:5000".into()],
+            &mut events,
+        )
+        .expect("pulled");
+        let texts: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                r#"Container image "busybox" already present on machine and can be accessed by the pod"#,
+                r#"Pulling image "busybox""#,
+                r#"Successfully pulled image "busybox""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn qos_and_oom_scores_go_to_the_runtime_as_numbers() {
+        let pod = json!({
+            "metadata": {"namespace": "default", "name": "web", "uid": "u1"},
+            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1Gi"}}}]},
+        });
+        let typed = typed_pod(&pod).expect("typed");
+        assert_eq!(
+            pod_resources(&typed),
+            PodResources {
+                qos: QosClass::Guaranteed,
+                cpu_request_milli: 1000,
+                cpu_limit_milli: Some(1000),
+                memory_limit: Some(1 << 30),
+            },
+            "1 and 1000m are equal: Guaranteed, as the API server says"
+        );
+        let cfg = container_config(
+            &pod,
+            &pod["spec"]["containers"][0],
+            0,
+            oom_score_adj(&typed, "main", 8 << 30),
+        );
+        assert_eq!(cfg.oom_score_adj, -997);
+        assert_eq!(cfg.resources.cpu_limit, Some(1000));
     }
 
     #[test]

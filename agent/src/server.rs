@@ -238,11 +238,13 @@ async fn read_from(file: PathBuf, offset: u64) -> std::io::Result<(Vec<u8>, bool
 async fn still_running(file: &Path) -> bool {
     let file = file.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let mut client = runtime::api::Client::connect(Path::new(runtime::api::SOCKET)).ok()?;
+        let mut client = runtime_api::Client::connect(Path::new(runtime_api::SOCKET)).ok()?;
         let items = client.list_containers().ok()?;
-        Some(items.iter().any(|c| {
-            c.log_path.as_deref() == Some(file.as_path()) && c.state == runtime::api::State::Running
-        }))
+        Some(
+            items.iter().any(|c| {
+                c.log_path.as_deref() == Some(file.as_path()) && c.state == runtime_api::State::Running
+            }),
+        )
     })
     .await
     .ok()

@@ -5,6 +5,23 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+/// How long one kubectl command of a test may run.
+const KUBECTL_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Where a child's stderr goes: a file `<name>-<pid of this test process>.log` in the directory
+/// `NODEOS_TEST_LOG_DIR` names (to read a failed test's server and hollow-node logs), else
+/// nowhere.
+fn log_sink(name: &str) -> Stdio {
+    let Some(dir) = std::env::var_os("NODEOS_TEST_LOG_DIR") else {
+        return Stdio::null();
+    };
+    let path = Path::new(&dir).join(format!("{name}-{}.log", std::process::id()));
+    match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::null(),
+    }
+}
 use std::time::{Duration, Instant};
 
 /// A running `controlplane serve`.
@@ -32,7 +49,7 @@ impl ServerProcess {
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_sink(&format!("serve-{port}")))
             .spawn()?;
         let stdout = child
             .stdout
@@ -159,7 +176,7 @@ impl HollowProcess {
             .args(["--count", &count.to_string(), "--name-prefix", prefix])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_sink(&format!("hollow-{prefix}")))
             .spawn()?;
         let stdout = child
             .stdout
@@ -266,8 +283,12 @@ impl TestCluster {
     }
 
     /// Runs kubectl (with `stdin`); returns (success, stdout, stderr).
+    /// A kubectl that has not finished after `KUBECTL_DEADLINE` is stopped (coreutils `timeout`)
+    /// and fails, so a hung command fails its test instead of holding the whole suite.
     pub fn kubectl_result(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut child = Command::new("kubectl")
+        let mut child = Command::new("timeout")
+            .arg(KUBECTL_DEADLINE.as_secs().to_string())
+            .arg("kubectl")
             .env("KUBECONFIG", self.kubeconfig())
             .arg("--cache-dir")
             .arg(self.dir.path().join("kube-cache"))
@@ -289,10 +310,16 @@ impl TestCluster {
             drop(child.stdin.take());
         }
         let out = child.wait_with_output().expect("kubectl output");
+        let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() == Some(124) {
+            stderr.push_str(&format!(
+                "kubectl {args:?} still running after {KUBECTL_DEADLINE:?}: stopped"
+            ));
+        }
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            stderr,
         )
     }
 
@@ -343,4 +370,30 @@ impl TestCluster {
             |m| !m.is_empty(),
         )
     }
+}
+
+/// A `/proc/PID/status` value in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn proc_status(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in seconds (clock ticks of 1/100 s).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // After the ')' field 0 is the state; utime and stime are fields 14 and 15 of the line (11, 12 here).
+    (ticks(11) + ticks(12)) / 100.0
 }

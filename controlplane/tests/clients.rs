@@ -155,3 +155,75 @@ async fn remote_clients_reach_a_real_server_with_every_credential() {
         other => panic!("want a 401, got {other:?}"),
     }
 }
+
+/// A PATCH of `/scale` and a PUT without a resourceVersion carry no precondition: racing
+/// writers all succeed (the server retries on a fresh read, as upstream's GuaranteedUpdate
+/// does), while a PUT with a stale resourceVersion still gets its 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unconditional_writes_retry_lost_races() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client = InProcess::new(api(dir.path()).await, scheduler(), "kube-scheduler").client();
+    let deployments: kube::Api<Deployment> = kube::Api::namespaced(client, "default");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }))
+    .expect("deployment");
+    let created = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create");
+
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let deployments = deployments.clone();
+        writers.spawn(async move {
+            for i in 0..10 {
+                if w % 2 == 0 {
+                    let scale = serde_json::json!({"spec": {"replicas": w * 10 + i}});
+                    deployments
+                        .patch_scale("web", &PatchParams::default(), &Patch::Merge(&scale))
+                        .await
+                        .map_err(|e| format!("scale patch {w}/{i}: {e}"))?;
+                } else {
+                    let mut current = deployments.get("web").await.map_err(|e| e.to_string())?;
+                    current.metadata.resource_version = None;
+                    current
+                        .metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .insert(format!("writer-{w}"), i.to_string());
+                    deployments
+                        .replace("web", &PostParams::default(), &current)
+                        .await
+                        .map_err(|e| format!("unconditional put {w}/{i}: {e}"))?;
+                }
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.expect("writer task")
+            .expect("every unconditional write succeeds");
+    }
+
+    // The stale resourceVersion of the first read is a precondition that fails.
+    let stale = deployments
+        .replace("web", &PostParams::default(), &created)
+        .await
+        .expect_err("a PUT with a stale resourceVersion");
+    match stale {
+        kube::Error::Api(status) => assert_eq!(status.code, 409, "{status:?}"),
+        other => panic!("expected a 409 Status, got {other}"),
+    }
+}

@@ -208,3 +208,52 @@ fn suspended_jobs_run_nothing_until_resumed() {
         "{events}"
     );
 }
+
+/// A CronJob on `@every 3s` runs a Job (named `<name>-<unix minutes>`, so at most one a minute,
+/// as upstream) to completion, records lastScheduleTime/lastSuccessfulTime and upstream's events;
+/// an unknown time zone is refused and stores nothing. Concurrency policies and history limits
+/// are table-tested (`controllers::cronjob::tests`).
+#[test]
+fn a_cronjob_runs_on_schedule_and_refuses_a_bad_time_zone() {
+    let c = cluster();
+    let cron = |name: &str, schedule: &str, extra: &str| {
+        format!(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: {name}\nspec:\n  schedule: \"{schedule}\"\n{extra}  jobTemplate:\n    spec:\n      template:\n        metadata:\n          annotations:\n            nodeos.dev/hollow-run-seconds: \"0\"\n        spec:\n          restartPolicy: Never\n          containers:\n          - name: main\n            image: busybox\n"
+        )
+    };
+    c.apply(&cron("tick", "@every 3s", ""));
+    c.wait_for(&["cronjob", "tick"], "{.status.lastSuccessfulTime}", |s| {
+        !s.is_empty()
+    });
+    let job = c.jsonpath(&["jobs"], "{.items[0].metadata.name}");
+    let minutes = job.strip_prefix("tick-").expect("job named after its CronJob");
+    assert!(minutes.parse::<u64>().is_ok(), "{job}");
+    assert_eq!(
+        c.jsonpath(
+            &["jobs", &job],
+            "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"
+        ),
+        "CronJob/tick"
+    );
+    assert!(
+        !c.jsonpath(&["cronjob", "tick"], "{.status.lastScheduleTime}")
+            .is_empty()
+    );
+    eventually(30, "the events", || {
+        let events = c.jsonpath(
+            &["events", "--field-selector", "involvedObject.name=tick"],
+            "{range .items[*]}{.reason} {end}",
+        );
+        events.contains("SuccessfulCreate") && events.contains("SawCompletedJob")
+    });
+
+    // A time zone that does not exist: 422, nothing stored.
+    let (ok, _, err) = c.kubectl_result(
+        &["apply", "-f", "-"],
+        Some(&cron("nowhere", "0 * * * *", "  timeZone: Mars/Olympus\n")),
+    );
+    assert!(!ok);
+    assert!(err.contains("spec.timeZone"), "{err}");
+    let (found, _, _) = c.kubectl_result(&["get", "cronjob", "nowhere"], None);
+    assert!(!found);
+}

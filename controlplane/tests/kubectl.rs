@@ -328,8 +328,7 @@ fn server_side_apply_conflicts_and_ownership() {
         s.apply(&["apply", "--server-side", "-f", "-"], &with_tier)
             .contains("serverside-applied")
     );
-    // The deployment controller's own updates (revision annotation, status) are recorded too,
-    // as upstream records them; the clients' entries are what this test is about.
+    // The deployment controller's own entries (revision annotation, status) aside.
     let owners = "jsonpath={range .metadata.managedFields[?(@.manager!=\"kube-controller-manager\")]}{.manager}/{.operation} {end}";
     assert_eq!(
         s.ok(&["get", "deploy", "web", "--show-managed-fields", "-o", owners]),

@@ -508,7 +508,9 @@ fn statefulset_on_delete_updates_only_pods_deleted_by_hand() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(images(&c, "app=kv"), "kv-0=kv:1 kv-1=kv:1 kv-2=kv:1 ");
     let old_uid = c.jsonpath(&["pod", "kv-1"], "{.metadata.uid}");
-    c.kubectl(&["delete", "pod", "kv-1"]);
+    // Without waiting: kubectl's wait lists the pod by name and would wait for ever on the
+    // same-named replacement the controller creates at once (kubectl's own race, not ours).
+    c.kubectl(&["delete", "pod", "kv-1", "--wait=false"]);
     c.wait_for(&["pod", "kv-1"], "{.metadata.uid}/{.status.phase}", |s| {
         !s.starts_with(&old_uid) && s.ends_with("/Running")
     });

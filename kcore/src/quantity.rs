@@ -1,9 +1,10 @@
 //! `resource.Quantity` strings: `100m`, `0.5`, `1`, `64Mi`, `1G`, `1e3`, as CPU millicores or
-//! bytes (rounded up, as the kubelet does when it converts).
+//! bytes (rounded up, as the kubelet does when it converts), or as an exact value in
+//! billionths for comparisons by value (`1` equals `1000m`).
 
 /// Parses a quantity into a value scaled by `scale` (1000 for millicores, 1 for bytes), rounding
 /// up. None for malformed input or overflow.
-fn parse_scaled(s: &str, scale: u128) -> Option<u64> {
+fn parse_scaled(s: &str, scale: u128) -> Option<u128> {
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
@@ -20,6 +21,8 @@ fn parse_scaled(s: &str, scale: u128) -> Option<u64> {
     // value = digits / 10^frac_len × multiplier, where the multiplier is (numerator, denominator).
     let (mul, div): (u128, u128) = match suffix {
         "" => (1, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
         "m" => (1, 1000),
         "k" => (1_000, 1),
         "M" => (1_000_000, 1),
@@ -42,17 +45,24 @@ fn parse_scaled(s: &str, scale: u128) -> Option<u64> {
     let digits: u128 = format!("{int}{frac}").parse().ok()?;
     let den = 10u128.checked_pow(frac.len() as u32)?.checked_mul(div)?;
     let num = digits.checked_mul(mul)?.checked_mul(scale)?;
-    u64::try_from(num.div_ceil(den)).ok()
+    Some(num.div_ceil(den))
 }
 
 /// CPU in millicores: `100m` → 100, `0.5` → 500, `2` → 2000.
 pub fn cpu_milli(s: &str) -> Option<u64> {
-    parse_scaled(s, 1000)
+    parse_scaled(s, 1000).and_then(|v| u64::try_from(v).ok())
 }
 
 /// Bytes: `64Mi` → 67108864, `1G` → 10^9, `128974848` → 128974848.
 pub fn bytes(s: &str) -> Option<u64> {
-    parse_scaled(s, 1)
+    parse_scaled(s, 1).and_then(|v| u64::try_from(v).ok())
+}
+
+/// The value in billionths (`1` → 10^9, `1000m` → 10^9, `1Ki` → 1024 × 10^9), for comparing and
+/// adding quantities by value as `resource.Quantity` does. Precision finer than 10^-9 is rounded
+/// up (the API's own limit).
+pub fn nanos(s: &str) -> Option<u128> {
+    parse_scaled(s, 1_000_000_000)
 }
 
 #[cfg(test)]
@@ -65,6 +75,8 @@ mod tests {
         assert_eq!(cpu_milli("0.5"), Some(500));
         assert_eq!(cpu_milli("2"), Some(2000));
         assert_eq!(cpu_milli("1.0005"), Some(1001), "rounded up");
+        assert_eq!(cpu_milli("250000u"), Some(250));
+        assert_eq!(cpu_milli("1n"), Some(1), "rounded up");
         assert_eq!(bytes("64Mi"), Some(67_108_864));
         assert_eq!(bytes("170Mi"), Some(178_257_920));
         assert_eq!(bytes("8125292Ki"), Some(8_320_299_008));
@@ -74,5 +86,22 @@ mod tests {
         for bad in ["", "-1", "1x", "Mi", "1.2.3", "1e", "abc"] {
             assert_eq!(bytes(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn values_compare_across_forms() {
+        assert_eq!(nanos("1"), nanos("1000m"));
+        assert_eq!(nanos("0.5"), nanos("500m"));
+        assert_eq!(nanos("1Gi"), nanos("1073741824"));
+        assert_eq!(nanos("1k"), nanos("1e3"));
+        assert_eq!(nanos("1n"), Some(1));
+        assert_eq!(
+            nanos("8Ei"),
+            Some(8 * (1u128 << 60) * 1_000_000_000),
+            "no overflow"
+        );
+        assert!(nanos("100m") < nanos("0.2"));
+        assert_eq!(nanos("0"), Some(0));
+        assert_eq!(nanos("x"), None);
     }
 }

@@ -122,17 +122,19 @@ fn container_requests(c: &Container, missing: Missing) -> Resources {
     r
 }
 
-fn requests(spec: &PodSpec, missing: Missing) -> Resources {
-    let mut reqs = Resources::default();
+/// `max(Σ main + Σ sidecars, max over init step i of (init_i + Σ sidecars started before i))` of
+/// one per-container amount (requests or limits).
+fn aggregate(spec: &PodSpec, amount: impl Fn(&Container) -> Resources) -> Resources {
+    let mut total = Resources::default();
     for c in &spec.containers {
-        reqs.add(&container_requests(c, missing));
+        total.add(&amount(c));
     }
     let mut sidecars = Resources::default();
     let mut init_peak = Resources::default();
     for c in spec.init_containers.iter().flatten() {
-        let own = container_requests(c, missing);
+        let own = amount(c);
         let step = if is_sidecar(c) {
-            reqs.add(&own);
+            total.add(&own);
             sidecars.add(&own);
             sidecars.clone()
         } else {
@@ -142,19 +144,64 @@ fn requests(spec: &PodSpec, missing: Missing) -> Resources {
         };
         init_peak.max_with(&step);
     }
-    reqs.max_with(&init_peak);
-    // Pod-level requests set a shared budget for cpu and memory.
-    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-        let p = Resources::from_list(Some(pod_level));
-        if pod_level.contains_key("cpu") {
-            reqs.milli_cpu = p.milli_cpu;
-        }
-        if pod_level.contains_key("memory") {
-            reqs.memory = p.memory;
-        }
+    total.max_with(&init_peak);
+    total
+}
+
+/// Pod-level `spec.resources` `requests` or `limits` (cpu and memory are the supported ones).
+fn pod_level(spec: &PodSpec, limits: bool) -> Option<&BTreeMap<String, Quantity>> {
+    let r = spec.resources.as_ref()?;
+    if limits {
+        r.limits.as_ref()
+    } else {
+        r.requests.as_ref()
     }
+}
+
+/// Replaces the cpu and memory of `amounts` with the pod-level values that are set.
+fn apply_pod_level(amounts: &mut Resources, list: Option<&BTreeMap<String, Quantity>>) {
+    let Some(list) = list else { return };
+    let p = Resources::from_list(Some(list));
+    if list.contains_key("cpu") {
+        amounts.milli_cpu = p.milli_cpu;
+    }
+    if list.contains_key("memory") {
+        amounts.memory = p.memory;
+    }
+}
+
+fn requests(spec: &PodSpec, missing: Missing) -> Resources {
+    let mut reqs = aggregate(spec, |c| container_requests(c, missing));
+    // Pod-level requests set a shared budget for cpu and memory.
+    apply_pod_level(&mut reqs, pod_level(spec, false));
     reqs.add(&Resources::from_list(spec.overhead.as_ref()));
     reqs
+}
+
+/// The containers' share of the pod's request, without pod-level resources and overhead
+/// (upstream's `AggregateContainerRequests`).
+pub fn aggregate_container_requests(spec: &PodSpec) -> Resources {
+    aggregate(spec, |c| container_requests(c, Missing::Zero))
+}
+
+/// The pod's limits (upstream's `PodLimits`): the containers' aggregate, pod-level limits in
+/// place of it for cpu and memory, and the overhead added to every limit that is set.
+pub fn pod_limits(spec: &PodSpec) -> Resources {
+    let mut limits = aggregate(spec, |c| {
+        Resources::from_list(c.resources.as_ref().and_then(|r| r.limits.as_ref()))
+    });
+    apply_pod_level(&mut limits, pod_level(spec, true));
+    let overhead = Resources::from_list(spec.overhead.as_ref());
+    for (limit, extra) in [
+        (&mut limits.milli_cpu, overhead.milli_cpu),
+        (&mut limits.memory, overhead.memory),
+        (&mut limits.ephemeral_storage, overhead.ephemeral_storage),
+    ] {
+        if *limit > 0 {
+            *limit = limit.saturating_add(extra);
+        }
+    }
+    limits
 }
 
 /// The effective request of a pod (what the scheduler's fit filter and node admission check).
@@ -232,6 +279,30 @@ mod tests {
             "100m for the container without a cpu request, 0 kept"
         );
         assert_eq!(nz.memory, 2 * (200 << 20));
+    }
+
+    #[test]
+    fn limits_aggregate_like_requests() {
+        let lim = |name: &str, cpu: &str, mem: &str| json!({"name": name, "image": "x", "resources": {"limits": {"cpu": cpu, "memory": mem}}});
+        let s = spec(
+            json!({"containers": [lim("a", "500m", "64Mi"), lim("b", "500m", "64Mi")],
+                            "initContainers": [lim("init", "2", "32Mi")],
+                            "overhead": {"cpu": "100m"}}),
+        );
+        let l = pod_limits(&s);
+        assert_eq!(
+            l.milli_cpu, 2100,
+            "the init container's 2 cpus, plus the overhead"
+        );
+        assert_eq!(l.memory, 128 << 20);
+        let a = aggregate_container_requests(&spec(
+            json!({"containers": [c("a", "1", "1Gi")], "resources": {"requests": {"memory": "4Gi"}}}),
+        ));
+        assert_eq!(
+            a.memory,
+            1 << 30,
+            "pod-level requests are not the containers' share"
+        );
     }
 
     #[test]

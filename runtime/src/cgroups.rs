@@ -4,7 +4,7 @@
 //! /kubepods.slice                                   cpu.weight from node CPUs, memory.max = allocatable
 //! /kubepods.slice/kubepods-burstable.slice          cpu.weight from the sum of Burstable requests
 //! /kubepods.slice/kubepods-besteffort.slice         cpu.weight 1
-//! <qos slice>/kubepods[-<qos>]-pod<uid_>.slice      pod: weight from requests, limits only if all set
+//! <qos slice>/kubepods[-<qos>]-pod<uid_>.slice      pod: the values the agent computed (kcore::qos)
 //! <pod slice>/nodeos-<id>.scope                     one per container, pause included
 //! ```
 //! Guaranteed pods sit directly under `kubepods.slice`. Slices written by us use the kubelet's
@@ -15,6 +15,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use runtime_api::{PodResources, QosClass};
 use serde::{Deserialize, Serialize};
 
 /// Where cgroup2 is mounted.
@@ -24,58 +25,6 @@ pub const KUBEPODS: &str = "/kubepods.slice";
 pub const CPU_PERIOD: u64 = 100_000;
 /// Controllers enabled down the tree.
 const CONTROLLERS: &str = "+cpu +memory +pids +io";
-
-/// Kubernetes QoS classes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Qos {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-/// A container's requests and limits (CPU in millicores, memory in bytes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Resources {
-    #[serde(default)]
-    pub cpu_request: Option<u64>,
-    #[serde(default)]
-    pub cpu_limit: Option<u64>,
-    #[serde(default)]
-    pub memory_request: Option<u64>,
-    #[serde(default)]
-    pub memory_limit: Option<u64>,
-}
-
-impl Resources {
-    /// Requests default to limits when only limits are given (API defaulting).
-    pub fn effective_cpu_request(&self) -> Option<u64> {
-        self.cpu_request.or(self.cpu_limit)
-    }
-    pub fn effective_memory_request(&self) -> Option<u64> {
-        self.memory_request.or(self.memory_limit)
-    }
-}
-
-/// The QoS class of a pod from all its containers (init containers included): Guaranteed when
-/// every container has CPU and memory limits equal to its requests, BestEffort when no container
-/// has any request or limit, Burstable otherwise.
-pub fn qos_class(containers: &[Resources]) -> Qos {
-    if containers.iter().all(|r| *r == Resources::default()) {
-        return Qos::BestEffort;
-    }
-    let guaranteed = containers.iter().all(|r| {
-        r.cpu_limit.is_some()
-            && r.memory_limit.is_some()
-            && r.effective_cpu_request() == r.cpu_limit
-            && r.effective_memory_request() == r.memory_limit
-    });
-    if guaranteed {
-        Qos::Guaranteed
-    } else {
-        Qos::Burstable
-    }
-}
 
 /// cgroup v1 shares for a CPU request: `max(2, milli × 1024 / 1000)`.
 pub fn cpu_shares(milli: u64) -> u64 {
@@ -92,19 +41,6 @@ pub fn cpu_quota(limit_milli: u64) -> u64 {
     (limit_milli * CPU_PERIOD / 1000).max(1000)
 }
 
-/// `oom_score_adj` of a container process (NODE-45).
-pub fn oom_score_adj(qos: Qos, memory_request: u64, node_memory: u64, node_critical: bool) -> i32 {
-    if node_critical || qos == Qos::Guaranteed {
-        return -997;
-    }
-    if qos == Qos::BestEffort {
-        return 1000;
-    }
-    let node_memory = node_memory.max(1) as i128;
-    let adj = 1000 - (1000 * memory_request as i128) / node_memory;
-    adj.clamp(3, 999) as i32
-}
-
 /// The pause process's score (what containerd gives it).
 pub const PAUSE_OOM_SCORE_ADJ: i32 = -998;
 
@@ -113,13 +49,18 @@ pub fn uid_for_path(uid: &str) -> String {
     uid.replace('-', "_")
 }
 
-/// The pod slice path (relative to the cgroup root, absolute form).
-pub fn pod_slice(qos: Qos, uid: &str) -> String {
+/// The pod slice path (relative to the cgroup root, absolute form) under the slice of the QoS
+/// class the agent gave.
+pub fn pod_slice(qos: QosClass, uid: &str) -> String {
     let uid = uid_for_path(uid);
     match qos {
-        Qos::Guaranteed => format!("{KUBEPODS}/kubepods-pod{uid}.slice"),
-        Qos::Burstable => format!("{KUBEPODS}/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"),
-        Qos::BestEffort => format!("{KUBEPODS}/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"),
+        QosClass::Guaranteed => format!("{KUBEPODS}/kubepods-pod{uid}.slice"),
+        QosClass::Burstable => {
+            format!("{KUBEPODS}/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice")
+        }
+        QosClass::BestEffort => {
+            format!("{KUBEPODS}/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice")
+        }
     }
 }
 
@@ -138,23 +79,13 @@ pub struct PodSliceValues {
     pub memory_max: Option<u64>,
 }
 
-/// The pod slice's values from its containers (init containers included, NODE-36): weight from
-/// the sum of requests, limits only if every container has that limit.
-pub fn pod_slice_values(containers: &[Resources]) -> PodSliceValues {
-    let requests: u64 = containers
-        .iter()
-        .filter_map(Resources::effective_cpu_request)
-        .sum();
-    let all = |f: fn(&Resources) -> Option<u64>| -> Option<u64> {
-        if containers.is_empty() {
-            return None;
-        }
-        containers.iter().map(f).sum::<Option<u64>>()
-    };
+/// The pod slice's file values from the values the agent computed (NODE-36/37): the linear
+/// weight of the pod's cpu request, the quota of its cpu limit, its memory limit.
+pub fn pod_slice_values(r: &PodResources) -> PodSliceValues {
     PodSliceValues {
-        cpu_weight: slice_weight(cpu_shares(requests)),
-        cpu_quota: all(|r| r.cpu_limit).map(cpu_quota),
-        memory_max: all(|r| r.memory_limit),
+        cpu_weight: slice_weight(cpu_shares(r.cpu_request_milli)),
+        cpu_quota: r.cpu_limit_milli.map(cpu_quota),
+        memory_max: r.memory_limit,
     }
 }
 
@@ -304,75 +235,46 @@ mod tests {
     }
 
     #[test]
-    fn qos_and_pod_slice_values() {
-        let coredns = Resources {
-            cpu_request: Some(100),
-            memory_request: Some(70 * MI),
+    fn pod_slice_values_from_the_agents_numbers() {
+        // CoreDNS: 100m requested, 170Mi memory limit, no cpu limit (NODE-35).
+        let coredns = PodResources {
+            qos: QosClass::Burstable,
+            cpu_request_milli: 100,
+            cpu_limit_milli: None,
             memory_limit: Some(170 * MI),
-            ..Default::default()
         };
-        assert_eq!(qos_class(&[coredns]), Qos::Burstable);
-        let v = pod_slice_values(&[coredns]);
         assert_eq!(
-            v,
+            pod_slice_values(&coredns),
             PodSliceValues {
                 cpu_weight: 4,
                 cpu_quota: None,
                 memory_max: Some(178_257_920)
             }
         );
-        let g = Resources {
-            cpu_limit: Some(500),
-            memory_limit: Some(64 * MI),
-            ..Default::default()
+        let g = PodResources {
+            qos: QosClass::Guaranteed,
+            cpu_request_milli: 1000,
+            cpu_limit_milli: Some(1000),
+            memory_limit: Some(128 * MI),
         };
+        let v = pod_slice_values(&g);
+        assert_eq!((v.cpu_quota, v.memory_max), (Some(100_000), Some(128 * MI)));
         assert_eq!(
-            qos_class(&[g]),
-            Qos::Guaranteed,
-            "limits only: requests default to limits"
+            pod_slice_values(&PodResources::default()).cpu_weight,
+            1,
+            "BestEffort"
         );
-        assert_eq!(qos_class(&[g, Resources::default()]), Qos::Burstable);
-        assert_eq!(qos_class(&[Resources::default()]), Qos::BestEffort);
-        let v = pod_slice_values(&[g, g]);
-        assert_eq!(v.cpu_quota, Some(100_000));
-        assert_eq!(v.memory_max, Some(128 * MI));
-        let v = pod_slice_values(&[g, coredns]);
-        assert_eq!(
-            (v.cpu_quota, v.memory_max),
-            (None, Some(234 * MI)),
-            "cpu limit missing on one container"
-        );
-        assert_eq!(pod_slice_values(&[Resources::default()]).cpu_weight, 1);
-    }
-
-    #[test]
-    fn oom_scores() {
-        let node = 8_320_299_008; // 7.75 GiB
-        assert_eq!(
-            oom_score_adj(Qos::Burstable, 70 * MI, node, false),
-            992,
-            "CoreDNS"
-        );
-        assert_eq!(oom_score_adj(Qos::Guaranteed, 0, node, false), -997);
-        assert_eq!(
-            oom_score_adj(Qos::Burstable, 0, node, true),
-            -997,
-            "system-node-critical"
-        );
-        assert_eq!(oom_score_adj(Qos::BestEffort, 0, node, false), 1000);
-        assert_eq!(oom_score_adj(Qos::Burstable, 0, node, false), 999);
-        assert_eq!(oom_score_adj(Qos::Burstable, node, node, false), 3);
     }
 
     #[test]
     fn paths() {
         let uid = "7d672ea5-d2db-4c8e-be14-cd10571ef470";
         assert_eq!(
-            pod_slice(Qos::Burstable, uid),
+            pod_slice(QosClass::Burstable, uid),
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7d672ea5_d2db_4c8e_be14_cd10571ef470.slice"
         );
         assert_eq!(
-            pod_slice(Qos::Guaranteed, "a-b"),
+            pod_slice(QosClass::Guaranteed, "a-b"),
             "/kubepods.slice/kubepods-poda_b.slice"
         );
         assert_eq!(container_scope("/p.slice", "abc"), "/p.slice/nodeos-abc.scope");

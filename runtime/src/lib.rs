@@ -2,11 +2,11 @@
 //! devices. Nothing here knows the Kubernetes API.
 //!
 //! Containers are created by the runtime process ([`server`]), a single-threaded process of the
-//! node binary; everything else talks to it through [`api`].
+//! node binary; everything else talks to it through the `runtime-api` crate (its protocol and
+//! client, without libcontainer).
 
 #![deny(unsafe_code)]
 
-pub mod api;
 pub mod cgroups;
 pub mod image;
 pub mod logs;
@@ -14,10 +14,6 @@ pub mod net;
 pub mod pause;
 pub mod probe;
 
-/// Terminals for exec sessions (`kubectl exec -t`).
-pub mod pty {
-    pub use crate::sys::{openpty, set_nonblocking, set_window_size};
-}
 pub mod seccomp;
 pub mod server;
 pub mod spec;

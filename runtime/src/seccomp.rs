@@ -26,15 +26,9 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     TargetArch,
 };
-use serde::{Deserialize, Serialize};
 
-/// A container's seccomp profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Profile {
-    #[default]
-    RuntimeDefault,
-    Unconfined,
-}
+/// A container's seccomp profile (part of the runtime's API).
+pub use runtime_api::SeccompProfile as Profile;
 
 const EPERM: u32 = libc::EPERM as u32;
 

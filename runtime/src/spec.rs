@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use crate::api::{ContainerConfig, Mount};
-use crate::cgroups::{self, Resources};
+use crate::cgroups;
 use crate::image::store::ImageConfig;
 use crate::seccomp::Profile;
+use runtime_api::{ContainerConfig, Mount, Resources};
 
 /// containerd's default capability set, minus CAP_MKNOD: device access is not restricted by a
 /// device cgroup here (libcgroups' v2 device controller needs eBPF through a C library we do not

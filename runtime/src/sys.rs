@@ -65,16 +65,6 @@ pub fn set_mtime(path: &Path, secs: u64) -> io::Result<()> {
     utimensat(None, path, &t, &t, UtimensatFlags::NoFollowSymlink).map_err(io::Error::from)
 }
 
-/// Takes ownership of descriptors the kernel installed in this process (SCM_RIGHTS).
-pub fn adopt_fds(raw: Vec<std::os::fd::RawFd>) -> Vec<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    raw.into_iter()
-        // SAFETY: each descriptor was just received through SCM_RIGHTS; this process owns it and
-        // nothing else refers to it.
-        .map(|r| unsafe { std::os::fd::OwnedFd::from_raw_fd(r) })
-        .collect()
-}
-
 /// `pidfd_open(2)`: a descriptor that becomes readable when the process exits (works for
 /// processes that are not our children too).
 pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
@@ -89,36 +79,18 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// A pseudo-terminal pair: (master, slave).
-pub fn openpty() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
-    let p = nix::pty::openpty(None, None).map_err(io::Error::from)?;
-    Ok((p.master, p.slave))
+/// `fork(2)`, for a helper child of the runtime process that runs Rust code of this process and
+/// ends with `_exit`.
+pub fn fork() -> io::Result<nix::unistd::ForkResult> {
+    // SAFETY: the runtime process never starts a thread (`server`'s module doc), so no other
+    // thread can hold the allocator's or any other lock at fork time: the child's copy of the
+    // process is consistent, and the child only runs this process's code before `_exit`.
+    unsafe { nix::unistd::fork() }.map_err(io::Error::from)
 }
 
-/// Sets a terminal's window size (`TIOCSWINSZ`).
-pub fn set_window_size(fd: std::os::fd::BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    nix::ioctl_write_ptr_bad!(tiocswinsz, libc::TIOCSWINSZ, nix::pty::Winsize);
-    let ws = nix::pty::Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which is valid for the call; `fd`
-    // is a live descriptor borrowed for the call.
-    unsafe { tiocswinsz(fd.as_raw_fd(), &ws) }
-        .map(|_| ())
-        .map_err(io::Error::from)
-}
-
-/// Puts a descriptor in non-blocking mode (for async readers of pipes and terminals).
-pub fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
-    use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    use std::os::fd::AsRawFd;
-    let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
-    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags))
-        .map(drop)
-        .map_err(io::Error::from)
+/// `_exit(2)`: ends a forked helper child without running the parent's exit handlers or
+/// destructors (its copies of the parent's state are not its to clean up).
+pub fn exit_child(code: i32) -> ! {
+    // SAFETY: `_exit` takes an integer, never returns and touches no memory of this process.
+    unsafe { libc::_exit(code) }
 }

@@ -14,6 +14,10 @@ pub struct ApiError {
     pub details: Option<Value>,
 }
 
+/// The tail of upstream's message for a write at a stale resourceVersion.
+const STALE: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
+
 fn details(res: &Resource, name: &str) -> Value {
     json!({ "name": name, "group": res.group, "kind": res.plural })
 }
@@ -62,11 +66,18 @@ impl ApiError {
             409,
             "Conflict",
             format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                "Operation cannot be fulfilled on {} \"{name}\": {STALE}",
                 res.qualified()
             ),
         )
         .with_details(details(res, name))
+    }
+
+    /// Whether this is the 409 of a write that lost a race ([`ApiError::conflict`]), which a
+    /// write without preconditions retries on a fresh read; other 409s (a failed uid
+    /// precondition, AlreadyExists) are final.
+    pub fn is_stale_write(&self) -> bool {
+        self.code == 409 && self.reason == "Conflict" && self.message.ends_with(STALE)
     }
 
     pub fn precondition_failed(res: &Resource, name: &str, what: &str) -> Self {

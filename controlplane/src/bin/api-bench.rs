@@ -29,6 +29,11 @@ use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
 use controlplane::storage::{Store, Write};
 use serde::Deserialize;
 
+/// The API server alone: the scheduler and the controllers would otherwise act on the
+/// benchmark's pods (10,240 pending pods are 10,240 scheduling attempts, status writes and
+/// events) and the figures would not be the API's.
+const API_ONLY: &[&str] = &["--no-scheduler", "--no-controllers"];
+
 const CLIENTS: usize = 64;
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -353,7 +358,7 @@ struct ListMeta {
 async fn full_list(server_bin: &Path, dir: &Path, template: &Value, n: usize) -> Result<Value> {
     eprintln!("api-bench: full list: storing {n} pods");
     fill_store(dir, template, "full", n).await?;
-    let server = ServerProcess::spawn(server_bin, dir, &["--no-scheduler"])?;
+    let server = ServerProcess::spawn(server_bin, dir, API_ONLY)?;
     let pid = server.pid();
     let target = Target::new(&server.addr(), &dir.join("pki"))?;
     // The server answers once its store is loaded; let its start settle.
@@ -435,7 +440,7 @@ fn main() -> Result<()> {
         let floor = store_floor(&tmp.path().join("floor"), writes).await?;
         eprintln!("api-bench: etcd 3.4 puts");
         let etcd = etcd_puts(&tmp.path().join("etcd"), writes).await?;
-        let server = ServerProcess::spawn(&server_bin, &tmp.path().join("cp"), &[])?;
+        let server = ServerProcess::spawn(&server_bin, &tmp.path().join("cp"), API_ONLY)?;
         let (pid, addr) = (server.pid(), server.addr());
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_rss = rss_kib(pid);

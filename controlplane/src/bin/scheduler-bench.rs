@@ -24,7 +24,7 @@ use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use controlplane::process::{HollowProcess, ServerProcess};
+use controlplane::process::{HollowProcess, ServerProcess, cpu_seconds, proc_status};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -40,31 +40,6 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i.min(v.len() - 1)]
-}
-
-fn proc_status(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // After the ')' field 0 is the state; utime and stime are fields 14 and 15 of the line (11, 12 here).
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
@@ -299,8 +274,17 @@ async fn client_of(dir: &Path) -> Result<kube::Client> {
     Ok(transport::kubeapi::from_kubeconfig(&dir.join("admin.kubeconfig"), "scheduler-bench").await?)
 }
 
+/// Extra `serve` arguments for experiments (`SCHEDULER_BENCH_SERVE_ARGS="--no-controllers"`).
+fn serve_args() -> Vec<String> {
+    std::env::var("SCHEDULER_BENCH_SERVE_ARGS")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 async fn basic(bin: &Path, dir: &Path, nodes: usize, pods: usize) -> Result<Value> {
-    let server = ServerProcess::spawn(bin, dir, &[])?;
+    let args = serve_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = ServerProcess::spawn(bin, dir, &args)?;
     let pid = server.pid();
     let client = client_of(dir).await?;
     let raw = Raw::new(dir, server.port)?;

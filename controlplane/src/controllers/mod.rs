@@ -230,6 +230,39 @@ impl Failures {
     }
 }
 
+/// A failed sync of `obj` (a `kind`): logged, and retried after its next back-off delay (every
+/// controller's `error_policy`).
+pub fn retry_after_failure<K: kube::Resource>(
+    failures: &Failures,
+    kind: &str,
+    obj: &K,
+    err: &dyn std::fmt::Display,
+) -> Action {
+    let key = key_of(obj);
+    let delay = failures.next_delay(&key);
+    tracing::warn!(kind, object = %key, error = %err, retry_in = ?delay, "sync failed");
+    Action::requeue(delay)
+}
+
+/// Runs `sync` for `obj` (a `kind`) in its span; a success resets its back-off.
+pub async fn run_sync<K, E>(
+    failures: &Failures,
+    kind: &'static str,
+    obj: &K,
+    sync: impl Future<Output = Result<Action, E>>,
+) -> Result<Action, E>
+where
+    K: kube::Resource,
+{
+    use tracing::Instrument;
+    let key = key_of(obj);
+    let action = sync
+        .instrument(tracing::debug_span!("sync", kind, key = %key))
+        .await?;
+    failures.reset(&key);
+    Ok(action)
+}
+
 /// Requeue after `delay`.
 pub fn requeue(delay: Duration) -> Action {
     Action::requeue(delay)

@@ -19,10 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use runtime::api::{Client, ContainerConfig, SandboxConfig};
-use runtime::cgroups::Resources;
 use runtime::image::http;
 use runtime::image::store::{ImageStore, PullOptions};
+use runtime_api::{Client, ContainerConfig, SandboxConfig};
 
 type R<T = ()> = Result<T, String>;
 
@@ -182,7 +181,6 @@ fn sandbox(name: &str, n: u32) -> SandboxConfig {
         name: name.into(),
         namespace: "bench".into(),
         uid: format!("00000000-0000-4000-9000-{n:012}"),
-        containers: vec![Resources::default()],
         log_directory: Some(PathBuf::from(format!("/var/log/pods/bench_{name}"))),
         ..Default::default()
     }
@@ -199,7 +197,7 @@ fn bench(registry: &str, runs: usize) -> R {
     .map_err(err("store"))?;
     let image = format!("{registry}/busybox:1");
     let rec = store.pull(&image, &PullOptions::default()).map_err(err("pull"))?;
-    let mut client = Client::connect_wait(Path::new(runtime::api::SOCKET), Duration::from_secs(60))
+    let mut client = Client::connect_wait(Path::new(runtime_api::SOCKET), Duration::from_secs(60))
         .map_err(err("connect"))?;
     let idle = runtime_rss()?;
     println!(

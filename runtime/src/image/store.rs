@@ -597,13 +597,26 @@ impl ImageStore {
     /// Deletes every image not named in `keep` (normalised or not), then every layer and blob no
     /// remaining image uses. Returns the removed image references.
     pub fn gc(&self, keep: &[&str]) -> Result<Vec<String>, StoreError> {
+        self.gc_keeping_layers(keep, &[])
+    }
+
+    /// [`ImageStore::gc`], keeping also the layers in `layers_in_use` (digests): those of
+    /// containers whose image record was replaced or removed meanwhile.
+    pub fn gc_keeping_layers(
+        &self,
+        keep: &[&str],
+        layers_in_use: &[String],
+    ) -> Result<Vec<String>, StoreError> {
         let keep: HashSet<String> = keep
             .iter()
             .filter_map(|k| Reference::parse(k).ok())
             .map(|r| r.to_string())
             .collect();
         let mut removed = Vec::new();
-        let mut live_layers = HashSet::new();
+        let mut live_layers: HashSet<String> = layers_in_use
+            .iter()
+            .map(|d| d.trim_start_matches("sha256:").to_string())
+            .collect();
         let mut live_blobs = HashSet::new();
         for rec in self.list()? {
             if keep.contains(&rec.reference) {

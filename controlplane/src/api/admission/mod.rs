@@ -6,6 +6,11 @@ mod csr;
 mod defaults;
 mod validation;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kcore::qos::QosClass;
 use serde_json::{Value, json};
 
 pub(crate) use csr::admit_csr;
@@ -110,7 +115,7 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                 }
             }
             if creating {
-                obj["status"] = json!({ "phase": "Pending", "qosClass": qos_class(&obj["spec"]) });
+                obj["status"] = json!({ "phase": "Pending" });
             }
         }
         ("apps", "deployments")
@@ -196,6 +201,10 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
         _ => {}
     }
     defaults::apply(res, obj);
+    // After the defaults, as upstream: requests defaulted from limits take part.
+    if creating && (res.group, res.plural) == ("", "pods") {
+        obj["status"]["qosClass"] = json!(qos_class(&obj["spec"]).as_str());
+    }
     validation::validate(res, obj)
 }
 
@@ -225,40 +234,53 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
-/// QoS class from container requests and limits (limits-only counts as requests = limits).
-pub fn qos_class(spec: &Value) -> &'static str {
-    let mut all_guaranteed = true;
-    let mut any = false;
-    for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array().into_iter().flatten() {
-            let r = &c["resources"];
-            for res in ["cpu", "memory"] {
-                let limit = r["limits"][res]
-                    .as_str()
-                    .map(str::to_string)
-                    .or(r["limits"][res].as_i64().map(|n| n.to_string()));
-                let req = r["requests"][res]
-                    .as_str()
-                    .map(str::to_string)
-                    .or(r["requests"][res].as_i64().map(|n| n.to_string()));
-                if limit.is_some() || req.is_some() {
-                    any = true;
-                }
-                match (&req, &limit) {
-                    (_, None) => all_guaranteed = false,
-                    (Some(q), Some(l)) if q != l => all_guaranteed = false,
-                    _ => {}
-                }
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if all_guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+/// The pod's QoS class, by kcore's rules (the agent's too). Only what QoS reads is taken into a
+/// typed `PodSpec`, numbers as quantity strings, so every pod gets a class before validation.
+pub fn qos_class(spec: &Value) -> QosClass {
+    let resources = |r: &Value| -> Option<ResourceRequirements> {
+        let list = |l: &Value| -> Option<BTreeMap<String, Quantity>> {
+            let l = l.as_object()?;
+            Some(
+                l.iter()
+                    .filter_map(|(k, v)| {
+                        let q = match v {
+                            Value::String(s) => s.clone(),
+                            Value::Number(n) => n.to_string(),
+                            _ => return None,
+                        };
+                        Some((k.clone(), Quantity(q)))
+                    })
+                    .collect(),
+            )
+        };
+        Some(ResourceRequirements {
+            requests: list(&r["requests"]),
+            limits: list(&r["limits"]),
+            ..Default::default()
+        })
+    };
+    let containers = |list: &Value| -> Vec<Container> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| Container {
+                name: c["name"].as_str().unwrap_or_default().to_string(),
+                restart_policy: c["restartPolicy"].as_str().map(str::to_string),
+                resources: resources(&c["resources"]),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let typed = PodSpec {
+        containers: containers(&spec["containers"]),
+        init_containers: Some(containers(&spec["initContainers"])),
+        resources: spec
+            .get("resources")
+            .filter(|r| r.is_object())
+            .and_then(resources),
+        ..Default::default()
+    };
+    kcore::qos::compute_qos_class(&typed)
 }
 
 /// Fields the server reads and defaults must have the right JSON shape before anything indexes
@@ -324,4 +346,39 @@ pub(crate) fn check_shape(res: &Resource, obj: &Value) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::registry::find;
+
+    fn create_pod(containers: Value) -> Value {
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": containers}});
+        admit(find("", "v1", "pods").expect("served"), &mut pod, true).expect("admitted");
+        pod
+    }
+
+    #[test]
+    fn qos_class_by_value_after_defaults() {
+        let g = create_pod(json!([{"name": "a", "image": "x", "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1073741824"}}}]));
+        assert_eq!(g["status"]["qosClass"], "Guaranteed", "1 equals 1000m");
+        let limits_only = create_pod(json!([{"name": "a", "image": "x", "resources": {
+            "limits": {"cpu": "500m", "memory": "64Mi"}}}]));
+        assert_eq!(
+            limits_only["status"]["qosClass"], "Guaranteed",
+            "requests defaulted from limits"
+        );
+        let numeric = create_pod(json!([{"name": "a", "image": "x", "resources": {
+            "requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]));
+        assert_eq!(numeric["status"]["qosClass"], "Guaranteed");
+        let b = create_pod(json!([{"name": "a", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]));
+        assert_eq!(b["status"]["qosClass"], "Burstable");
+        let be = create_pod(json!([{"name": "a", "image": "x"}]));
+        assert_eq!(
+            be["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
+    }
 }

@@ -41,6 +41,12 @@ pub(crate) enum Fields {
 }
 
 /// The field-ownership writer of a request (None for the server's own writes).
+/// How often a write without preconditions (PATCH without a resourceVersion, PUT without one,
+/// `/scale`) is tried again on a fresh read after losing a race. Upstream's GuaranteedUpdate
+/// retries without bound; each lost race means another writer succeeded, so a bound this high
+/// is reached only under a storm of writers to one object.
+pub(crate) const UNCONDITIONAL_ATTEMPTS: u32 = 64;
+
 pub(crate) fn writer<'a>(t: &Target, q: &'a Query, now: &'a str) -> Option<fieldmanager::Writer<'a>> {
     let scope = if t.sub.as_deref() == Some("status") {
         fieldmanager::Scope::Status

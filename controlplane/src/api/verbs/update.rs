@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::{Fields, drop_unknown_fields, fieldmanager, writer};
+use super::{Fields, UNCONDITIONAL_ATTEMPTS, drop_unknown_fields, fieldmanager, writer};
 use crate::api::Api;
 use crate::api::admission::{self, check_shape, check_type};
 use crate::api::object::{self, name_of};
@@ -18,17 +18,28 @@ impl Api {
     /// PUT.
     pub(crate) async fn update(&self, t: &Target, new: Value, q: &Query) -> Result<Value, ApiError> {
         let name = t.name.clone().unwrap_or_default();
-        let (old, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
         let expected = match new["metadata"]["resourceVersion"].as_str() {
-            Some(s) if !s.is_empty() => s
-                .parse::<i64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
-            _ => rev,
+            Some(s) if !s.is_empty() => Some(
+                s.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            ),
+            _ => None,
         };
-        if expected != rev {
-            return Err(ApiError::conflict(t.res, &name));
+        // Without a resourceVersion the PUT is unconditional: a write that lost a race is
+        // retried on a fresh read (upstream's GuaranteedUpdate), not answered with 409.
+        let mut attempt = 0;
+        loop {
+            let (old, rev) = self.read_object(t.res, t.namespace.as_deref(), &name).await?;
+            if expected.is_some_and(|want| want != rev) {
+                return Err(ApiError::conflict(t.res, &name));
+            }
+            match self.replace(t, &old, new.clone(), rev, q, Fields::Record).await {
+                Err(e) if e.is_stale_write() && expected.is_none() && attempt < UNCONDITIONAL_ATTEMPTS => {
+                    attempt += 1
+                }
+                other => return other,
+            }
         }
-        self.replace(t, &old, new, rev, q, Fields::Record).await
     }
 
     /// Writes `new` over the stored object at `rev`, keeping what clients may not change.

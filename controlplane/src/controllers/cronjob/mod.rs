@@ -22,7 +22,7 @@ use kube::runtime::controller::{Action, Controller};
 
 use self::reconcile::{has_unlisted_running, plan, unseen_active, with_created};
 use super::owned::{OwnedIndex, controller_uid};
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
 /// Upstream's component name (events' source).
@@ -71,17 +71,11 @@ pub fn controller(mgr: &Manager) -> Running {
 }
 
 fn error_policy(cj: Arc<CronJob>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.failures.next_delay(&key_of(&*cj));
-    tracing::warn!(cronjob = %key_of(&*cj), error = %err, retry_in = ?delay, "sync failed");
-    Action::requeue(delay)
+    retry_after_failure(&ctx.failures, "cronjob", &*cj, err)
 }
 
 async fn reconcile_one(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("cronjob", key = %key_of(&*cj));
-    let _e = span.enter();
-    let action = sync(&cj, &ctx).await?;
-    ctx.failures.reset(&key_of(&*cj));
-    Ok(action)
+    run_sync(&ctx.failures, "cronjob", &*cj, sync(&cj, &ctx)).await
 }
 
 async fn sync(cached: &CronJob, ctx: &Ctx) -> Result<Action, SyncError> {

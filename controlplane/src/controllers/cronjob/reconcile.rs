@@ -15,7 +15,7 @@ use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::schedule::{self, Schedule};
+use super::schedule::{self, Schedule, UnknownTimeZone};
 use crate::controllers::job::reconcile::finished_type;
 use crate::controllers::podutil::controller_owner;
 use crate::events::Kind;
@@ -268,7 +268,7 @@ pub fn plan(
     cj: &CronJob,
     jobs: &[Arc<Job>],
     gone: &[ObjectReference],
-    tz: &Result<TimeZone, String>,
+    tz: &Result<TimeZone, UnknownTimeZone>,
     now: DateTime<Utc>,
 ) -> Plan {
     let mut p = Plan {

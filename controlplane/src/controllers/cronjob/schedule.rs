@@ -366,11 +366,16 @@ impl Schedule {
     }
 }
 
+/// A time zone name the host's zone database does not know (jiff's text).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct UnknownTimeZone(pub String);
+
 /// The time zone a CronJob's schedule runs in: `spec.timeZone`, else the controller's own.
-pub fn time_zone(name: Option<&str>) -> Result<TimeZone, String> {
+pub fn time_zone(name: Option<&str>) -> Result<TimeZone, UnknownTimeZone> {
     match name {
         None | Some("Local") => Ok(TimeZone::system()),
-        Some(n) => TimeZone::get(n).map_err(|e| e.to_string()),
+        Some(n) => TimeZone::get(n).map_err(|e| UnknownTimeZone(e.to_string())),
     }
 }
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::{Value, json};
 
 use super::reconcile::{Plan, SCHEDULED_TIMESTAMP, plan};
+use super::schedule::UnknownTimeZone;
 use crate::events::Kind;
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -64,7 +65,7 @@ fn active(names: &[&str]) -> Value {
     )
 }
 
-fn utc() -> Result<TimeZone, String> {
+fn utc() -> Result<TimeZone, UnknownTimeZone> {
     Ok(TimeZone::UTC)
 }
 
@@ -268,7 +269,13 @@ fn suspended_invalid_zone_or_schedule_create_nothing() {
     let p = plan(&suspended, &[], &[], &utc(), now);
     assert!(p.create.is_none() && p.requeue.is_none() && p.events.is_empty());
     let zoned = cronjob(json!({"timeZone": "Mars/Olympus"}), json!({}));
-    let p = plan(&zoned, &[], &[], &Err("no such zone".into()), now);
+    let p = plan(
+        &zoned,
+        &[],
+        &[],
+        &Err(UnknownTimeZone("no such zone".into())),
+        now,
+    );
     assert_eq!(reasons(&p), ["UnknownTimeZone"]);
     assert_eq!(
         p.events[0].message,

@@ -27,7 +27,7 @@ use serde_json::json;
 use super::expectations::Expectations;
 use super::index::OwnerIndex;
 use super::podutil::{controller_owner, is_active};
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
 /// Upstream's component name (events' source).
@@ -156,17 +156,11 @@ pub fn controller(mgr: &Manager) -> Running {
 }
 
 fn error_policy(ds: Arc<DaemonSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.failures.next_delay(&key_of(&*ds));
-    tracing::warn!(daemonset = %key_of(&*ds), error = %err, retry_in = ?delay, "sync failed");
-    Action::requeue(delay)
+    retry_after_failure(&ctx.failures, "daemonset", &*ds, err)
 }
 
 async fn reconcile_one(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("daemonset", key = %key_of(&*ds));
-    let _e = span.enter();
-    let action = sync(&ds, &ctx).await?;
-    ctx.failures.reset(&key_of(&*ds));
-    Ok(action)
+    run_sync(&ctx.failures, "daemonset", &*ds, sync(&ds, &ctx)).await
 }
 
 fn api_code(e: &kube::Error) -> Option<u16> {

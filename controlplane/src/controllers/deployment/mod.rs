@@ -26,7 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
 use super::podutil::controller_owner;
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, key_of, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 use reconcile::Step;
 
@@ -137,17 +137,11 @@ fn matching_deployments(deployments: &Store<Deployment>, rs: &ReplicaSet) -> Vec
 }
 
 fn error_policy(d: Arc<Deployment>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.failures.next_delay(&key_of(&*d));
-    tracing::warn!(deployment = %key_of(&*d), error = %err, retry_in = ?delay, "sync failed");
-    Action::requeue(delay)
+    retry_after_failure(&ctx.failures, "deployment", &*d, err)
 }
 
 async fn reconcile_one(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("deployment", key = %key_of(&*d));
-    let _e = span.enter();
-    let action = sync(&d, &ctx).await?;
-    ctx.failures.reset(&key_of(&*d));
-    Ok(action)
+    run_sync(&ctx.failures, "deployment", &*d, sync(&d, &ctx)).await
 }
 
 async fn sync(d: &Deployment, ctx: &Ctx) -> Result<Action, SyncError> {

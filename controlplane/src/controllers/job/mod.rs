@@ -35,7 +35,7 @@ use self::reconcile::{Event, Skip, Sync, finished_type, pod_for};
 use super::expectations::{Expectations, TIMEOUT};
 use super::owned::OwnedIndex;
 use super::podutil::is_active;
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, key_of, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
 /// Upstream's component name (events' source).
@@ -241,11 +241,7 @@ fn error_policy(job: Arc<Job>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile_one(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("job", key = %key_of(&*job));
-    let _e = span.enter();
-    let action = sync(&job, &ctx).await?;
-    ctx.failures.reset(&key_of(&*job));
-    Ok(action)
+    run_sync(&ctx.failures, "job", &*job, sync(&job, &ctx)).await
 }
 
 /// The Job is finished: its pods' finalizers go (they are counted already), its records too.

@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::expectations::Expectations;
 use super::podutil::{controller_owner, is_active, is_ready, pod_from_template};
-use super::{Failures, Manager, Running, controller_ref, key_of};
+use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
 /// Upstream's component name (events' source).
@@ -99,17 +99,11 @@ fn matching_sets(sets: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSe
 }
 
 fn error_policy(rs: Arc<ReplicaSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.failures.next_delay(&key_of(&*rs));
-    tracing::warn!(replicaset = %key_of(&*rs), error = %err, retry_in = ?delay, "sync failed");
-    Action::requeue(delay)
+    retry_after_failure(&ctx.failures, "replicaset", &*rs, err)
 }
 
 async fn reconcile_one(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    let span = tracing::debug_span!("replicaset", key = %key_of(&*rs));
-    let _e = span.enter();
-    let action = sync(&rs, &ctx).await?;
-    ctx.failures.reset(&key_of(&*rs));
-    Ok(action)
+    run_sync(&ctx.failures, "replicaset", &*rs, sync(&rs, &ctx)).await
 }
 
 async fn sync(rs: &ReplicaSet, ctx: &Ctx) -> Result<Action, SyncError> {

@@ -14,7 +14,7 @@ pub use json::json_patch;
 pub use kcore::json::merge_patch;
 pub use strategic::strategic_merge;
 
-use super::{Fields, fieldmanager, writer};
+use super::{Fields, UNCONDITIONAL_ATTEMPTS, fieldmanager, writer};
 use crate::api::Api;
 use crate::api::admission::check_shape;
 use crate::api::object;
@@ -102,7 +102,7 @@ impl Api {
         if media == "application/apply-patch+yaml" {
             check_shape(t.res, &patch_doc)?;
         }
-        for attempt in 0..5 {
+        for attempt in 0..=UNCONDITIONAL_ATTEMPTS {
             let (old, rev) = match self.read_object(t.res, t.namespace.as_deref(), &name).await {
                 Ok(x) => x,
                 Err(e) if e.code == 404 && media == "application/apply-patch+yaml" => {
@@ -146,8 +146,8 @@ impl Api {
             new["metadata"]["resourceVersion"] = json!(rev.to_string());
             match self.replace(t, &old, new, rev, q, fields).await {
                 Err(e)
-                    if e.reason == "Conflict"
-                        && attempt < 4
+                    if e.is_stale_write()
+                        && attempt < UNCONDITIONAL_ATTEMPTS
                         && patch_doc["metadata"]["resourceVersion"].is_null() =>
                 {
                     continue;

@@ -1,0 +1,90 @@
+//! Pod sandboxes: the pause process holding a pod's namespaces, its cgroup slice and its address.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// DNS settings of a pod (`/etc/resolv.conf`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dns {
+    #[serde(default)]
+    pub servers: Vec<String>,
+    #[serde(default)]
+    pub searches: Vec<String>,
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+/// The QoS class the agent computed for a pod. To the runtime it only names the slice the pod's
+/// cgroup goes under (docs/SEEDS-SPEC.md NODE-34): Guaranteed pods directly under
+/// `kubepods.slice`, the others under their class's slice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    #[default]
+    BestEffort,
+}
+
+/// A pod's cgroup values as the agent computed them (the kubelet's `ResourceConfigForPod`): the
+/// runtime writes them, it does not derive them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResources {
+    pub qos: QosClass,
+    /// The pod's CPU request in millicores: the pod slice's `cpu.weight`, and this pod's share
+    /// of the Burstable slice's weight when it is Burstable.
+    #[serde(default)]
+    pub cpu_request_milli: u64,
+    /// The pod slice's `cpu.max` quota from this limit (millicores); None writes `max`.
+    #[serde(default)]
+    pub cpu_limit_milli: Option<u64>,
+    /// The pod slice's `memory.max` (bytes); None writes `max`.
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
+}
+
+/// A pod sandbox to create.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxConfig {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    #[serde(default)]
+    pub attempt: u32,
+    /// Defaults to the pod name.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub dns: Dns,
+    /// Extra `/etc/hosts` lines (hostAliases).
+    #[serde(default)]
+    pub host_entries: Vec<String>,
+    /// The pod slice's parent and values.
+    #[serde(default)]
+    pub resources: PodResources,
+    #[serde(default)]
+    pub share_process_namespace: bool,
+    /// The directory for the pod's container logs (`/var/log/pods/<ns>_<name>_<uid>`).
+    #[serde(default)]
+    pub log_directory: Option<PathBuf>,
+}
+
+/// A sandbox as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxStatus {
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub ready: bool,
+    pub pause_pid: Option<i32>,
+    pub ip: Option<String>,
+    pub cgroup: String,
+    pub qos: QosClass,
+    pub created_at: String,
+}

@@ -1,0 +1,366 @@
+//! Sandboxes: the pause process holding a pod's namespaces, its cgroup slice (values as the agent
+//! gave them), its `/etc` files, its address on the pod bridge.
+
+use std::fs;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use libcontainer::container::Container;
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::syscall::syscall::SyscallType;
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+use runtime_api::{SandboxConfig, SandboxStatus};
+
+use super::errors::{RuntimeError, errno_ctx, io_ctx, lc_err};
+use super::state::{Sandbox, SandboxRecord, new_id, now, proc_start_time};
+use super::{MODULES_DONE, Runtime};
+use crate::cgroups;
+use crate::net;
+use crate::spec;
+
+impl Runtime {
+    pub(super) fn run_sandbox(&mut self, config: SandboxConfig) -> Result<SandboxStatus, RuntimeError> {
+        validate_sandbox(&config)?;
+        let id = new_id()?;
+        let dir = self.opts.state_dir.join("sandboxes").join(&id);
+        let qos = config.resources.qos;
+        let slice = cgroups::pod_slice(qos, &config.uid);
+        let status = SandboxStatus {
+            id: id.clone(),
+            name: config.name.clone(),
+            namespace: config.namespace.clone(),
+            uid: config.uid.clone(),
+            attempt: config.attempt,
+            ready: false,
+            pause_pid: None,
+            ip: None,
+            cgroup: slice.clone(),
+            qos,
+            created_at: now(),
+        };
+        match self.setup_sandbox(&id, &dir, &config, &slice) {
+            Ok((pid, pidfd, ip)) => {
+                let mut status = status;
+                status.ready = true;
+                status.pause_pid = Some(pid);
+                status.ip = Some(ip.to_string());
+                self.sandboxes.insert(
+                    id.clone(),
+                    Sandbox {
+                        rec: SandboxRecord {
+                            status: status.clone(),
+                            config,
+                            start_time: proc_start_time(pid),
+                        },
+                        dir,
+                        pidfd: Some(pidfd),
+                    },
+                );
+                self.persist_sandbox(&id);
+                self.update_burstable()?;
+                tracing::info!(sandbox = %id, pod = %status.name, pid, qos = ?qos, "sandbox running");
+                Ok(status)
+            }
+            Err(e) => {
+                self.teardown_sandbox_dir(&id, &dir, &slice);
+                Err(e)
+            }
+        }
+    }
+
+    fn setup_sandbox(
+        &mut self,
+        id: &str,
+        dir: &Path,
+        config: &SandboxConfig,
+        slice: &str,
+    ) -> Result<(i32, OwnedFd, std::net::Ipv4Addr), RuntimeError> {
+        let hostname = config.hostname.clone().unwrap_or_else(|| config.name.clone());
+        let bundle = dir.join("bundle");
+        fs::create_dir_all(&bundle).map_err(io_ctx(bundle.display().to_string()))?;
+        let shm = dir.join("shm");
+        fs::create_dir_all(&shm).map_err(io_ctx(shm.display().to_string()))?;
+        mount(
+            Some("shm"),
+            &shm,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=1777,size=65536k"),
+        )
+        .map_err(errno_ctx(format!("mounting {}", shm.display())))?;
+        for (name, content) in etc_files(config, &hostname) {
+            fs::write(dir.join(name), content).map_err(io_ctx(format!("writing {name}")))?;
+        }
+        self.tree
+            .create_pod(slice, &cgroups::pod_slice_values(&config.resources))?;
+        let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id));
+        // Prepared on first use, not at startup: no copy of the binary on nodes without pods,
+        // and none competing with boot.
+        if !self.pause_ready {
+            prepare_pause_root(&self.pause_root)?;
+            self.pause_ready = true;
+        }
+        spec["root"]["path"] = serde_json::json!(self.pause_root);
+        fs::write(bundle.join("config.json"), spec.to_string())
+            .map_err(io_ctx("writing the sandbox spec"))?;
+        let devnull = || {
+            fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(io_ctx("/dev/null"))
+        };
+        let mut c = ContainerBuilder::new(id.to_string(), SyscallType::default())
+            .with_root_path(&self.youki_root)
+            .map_err(lc_err("sandbox state root"))?
+            .with_stdin(devnull()?)
+            .with_stdout(devnull()?)
+            .with_stderr(devnull()?)
+            .validate_id()
+            .map_err(lc_err("sandbox id"))?
+            .as_init(&bundle)
+            .with_systemd(false)
+            .with_detach(true)
+            .build()
+            .map_err(lc_err("creating the pause container"))?;
+        let pid = c
+            .pid()
+            .map(|p| p.as_raw())
+            .ok_or_else(|| RuntimeError::Container {
+                what: "creating the pause container".into(),
+                detail: "no pid".into(),
+            })?;
+        c.start().map_err(lc_err("starting the pause container"))?;
+        let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
+        let bridge = self.ensure_bridge()?;
+        let used: Vec<std::net::Ipv4Addr> = self
+            .sandboxes
+            .values()
+            .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
+            .collect();
+        let ip = self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
+            RuntimeError::Exhausted(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
+        })?;
+        net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(|source| RuntimeError::Network {
+            what: "pod network".into(),
+            source,
+        })?;
+        Ok((pid, pidfd, ip))
+    }
+
+    /// The pod bridge, created on first use: its kernel module loads in the background after
+    /// boot, so this waits (up to 30 s) for init's "modules done" marker first.
+    fn ensure_bridge(&mut self) -> Result<u32, RuntimeError> {
+        if let Some(b) = self.bridge {
+            return Ok(b);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !Path::new(MODULES_DONE).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = fs::write("/proc/sys/net/ipv4/ip_forward", "1");
+        let cidr = self.opts.pod_cidr;
+        let idx = net::Netlink::open()
+            .and_then(|mut nl| nl.ensure_bridge(net::BRIDGE, cidr.gateway(), cidr.prefix))
+            .map_err(|source| RuntimeError::Network {
+                what: format!("pod bridge {}", net::BRIDGE),
+                source,
+            })?;
+        tracing::info!(bridge = net::BRIDGE, cidr = %self.opts.pod_cidr, "pod network ready");
+        self.bridge = Some(idx);
+        Ok(idx)
+    }
+
+    /// Best-effort removal of everything a sandbox owns on the host.
+    fn teardown_sandbox_dir(&mut self, id: &str, dir: &Path, slice: &str) {
+        if let Err(e) = net::detach(id) {
+            tracing::warn!(sandbox = id, error = %e, "veth not removed");
+        }
+        if let Ok(mut c) = Container::load(self.youki_root.join(id)) {
+            let _ = c.delete(true);
+        }
+        let _ = umount2(&dir.join("shm"), MntFlags::MNT_DETACH);
+        let _ = fs::remove_dir_all(dir);
+        if let Err(e) = self.tree.remove_pod(slice) {
+            tracing::warn!(sandbox = id, error = %e, "pod cgroup not removed");
+        }
+        self.forget_samples(slice);
+    }
+
+    pub(super) fn stop_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
+        let sb = self.sandbox(id)?;
+        // Only a pause process we still watch is signalled: once it exited and was reaped its pid
+        // may belong to someone else.
+        let pause = sb.rec.status.pause_pid.filter(|_| sb.pidfd.is_some());
+        for cid in self.containers_of(id) {
+            self.kill_and_reap(&cid);
+        }
+        if let Some(p) = pause {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            let _ = waitpid(Pid::from_raw(p), None);
+        }
+        if let Some(sb) = self.sandboxes.get_mut(id) {
+            sb.rec.status.ready = false;
+            sb.pidfd = None;
+        }
+        self.persist_sandbox(id);
+        Ok(())
+    }
+
+    pub(super) fn remove_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
+        self.stop_sandbox(id)?;
+        for cid in self.containers_of(id) {
+            self.remove_container(&cid)?;
+        }
+        if let Some(sb) = self.sandboxes.remove(id) {
+            self.teardown_sandbox_dir(id, &sb.dir, &sb.rec.status.cgroup);
+        }
+        self.update_burstable()?;
+        tracing::info!(sandbox = id, "sandbox removed");
+        Ok(())
+    }
+
+    /// The pause process exited: the sandbox is lost (its containers keep running until the
+    /// client removes it).
+    pub(super) fn on_pause_exit(&mut self, id: &str) {
+        let Some(sb) = self.sandboxes.get_mut(id) else {
+            return;
+        };
+        if let Some(p) = sb.rec.status.pause_pid {
+            let _ = waitpid(Pid::from_raw(p), Some(WaitPidFlag::WNOHANG));
+        }
+        sb.pidfd = None;
+        sb.rec.status.ready = false;
+        tracing::warn!(sandbox = %id, "pause process exited; sandbox lost");
+        self.persist_sandbox(id);
+    }
+}
+
+/// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of a pod.
+fn etc_files(config: &SandboxConfig, hostname: &str) -> [(&'static str, String); 3] {
+    let mut hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n".to_string();
+    for l in &config.host_entries {
+        hosts.push_str(l);
+        hosts.push('\n');
+    }
+    let mut resolv = String::new();
+    for s in &config.dns.servers {
+        resolv.push_str(&format!("nameserver {s}\n"));
+    }
+    if !config.dns.searches.is_empty() {
+        resolv.push_str(&format!("search {}\n", config.dns.searches.join(" ")));
+    }
+    if !config.dns.options.is_empty() {
+        resolv.push_str(&format!("options {}\n", config.dns.options.join(" ")));
+    }
+    [
+        ("hosts", hosts),
+        ("hostname", format!("{hostname}\n")),
+        ("resolv.conf", resolv),
+    ]
+}
+
+/// Request fields end up in paths (cgroups, logs, state): anything that could leave its
+/// directory is refused before anything is created.
+pub(super) fn validate_sandbox(c: &SandboxConfig) -> Result<(), RuntimeError> {
+    let bad = |m: String| Err(RuntimeError::Invalid(m));
+    if c.name.is_empty() || c.name.len() > 253 || c.name.contains(['/', '\0']) {
+        return bad(format!("invalid sandbox name {:?}", c.name));
+    }
+    if c.uid.is_empty() || c.uid.len() > 64 || !c.uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return bad(format!(
+            "invalid pod uid {:?}: letters, digits and '-' only",
+            c.uid
+        ));
+    }
+    if let Some(h) = &c.hostname
+        && (h.is_empty() || h.len() > 63 || h.contains(['/', '\0', ' ']))
+    {
+        return bad(format!("invalid hostname {h:?}"));
+    }
+    if c.log_directory
+        .as_ref()
+        .is_some_and(|d| !d.is_absolute() || d.components().any(|x| x == std::path::Component::ParentDir))
+    {
+        return bad("the log directory must be an absolute path without '..'".into());
+    }
+    Ok(())
+}
+
+/// The pause root: an empty read-only tree whose `/pause` is a copy of the node binary.
+///
+/// A copy because the binary is not on the root file system: PID 1 runs it from the initramfs,
+/// whose files are deleted after the move to the tmpfs root, and the kernel refuses to
+/// bind-mount a deleted file (`/proc/self/exe`: ENOENT, seen in the VM). The copy costs the
+/// binary's size in tmpfs memory once per boot; every pause process shares its pages.
+fn prepare_pause_root(root: &Path) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in ["proc", "dev"] {
+        fs::create_dir_all(root.join(d)).map_err(io_ctx(format!("pause root {d}")))?;
+    }
+    let target = root.join("pause");
+    let size = fs::metadata("/proc/self/exe")
+        .map(|m| m.len())
+        .map_err(io_ctx("/proc/self/exe"))?;
+    if fs::metadata(&target).map(|m| m.len()).ok() == Some(size) {
+        return Ok(());
+    }
+    let tmp = root.join(".pause.tmp");
+    fs::copy("/proc/self/exe", &tmp).map_err(io_ctx("copying the node binary as /pause"))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o555)).map_err(io_ctx("pause permissions"))?;
+    fs::rename(&tmp, &target).map_err(io_ctx("pause root"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_requests_that_would_leave_their_directories_are_refused() {
+        let sb = SandboxConfig {
+            name: "p".into(),
+            uid: "0000-aa".into(),
+            ..Default::default()
+        };
+        assert!(validate_sandbox(&sb).is_ok());
+        for uid in ["", "../../x", "a/b", "a b"] {
+            let e = validate_sandbox(&SandboxConfig {
+                uid: uid.into(),
+                ..sb.clone()
+            })
+            .expect_err(uid);
+            assert!(e.to_string().contains("invalid pod uid"), "{e}");
+        }
+        let rel = SandboxConfig {
+            log_directory: Some("logs".into()),
+            ..sb.clone()
+        };
+        assert!(validate_sandbox(&rel).is_err());
+    }
+
+    #[test]
+    fn etc_files_of_a_pod() {
+        let c = SandboxConfig {
+            name: "web".into(),
+            host_entries: vec!["10.0.0.1\tdb".into()],
+            dns: runtime_api::Dns {
+                servers: vec!["10.96.0.10".into()],
+                searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into()],
+                options: vec!["ndots:5".into()],
+            },
+            ..Default::default()
+        };
+        let [(_, hosts), (_, hostname), (_, resolv)] = etc_files(&c, "web");
+        assert!(hosts.ends_with("10.0.0.1\tdb\n"), "{hosts}");
+        assert_eq!(hostname, "web\n");
+        assert_eq!(
+            resolv,
+            "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local\noptions ndots:5\n"
+        );
+    }
+}

@@ -1,0 +1,314 @@
+//! The loop: one `poll(2)` over the socket, the connections, every process's pidfd and every
+//! pipe the runtime reads; requests are handled in order and replies that wait for an event go
+//! out when it happens.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use runtime_api::{ErrorKind, Reply, ReplyError, Request, recv_some};
+
+use super::errors::{RuntimeError, io_ctx};
+use super::{Options, Runtime};
+
+/// What a polled descriptor belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    Listener,
+    Conn(u64),
+    /// A container's stdout (0) or stderr (1).
+    Output(String, usize),
+    Container(String),
+    Exec(String),
+    /// An `ExecSync`'s stdout (0) or stderr (1).
+    ExecOutput(String, usize),
+    Pause(String),
+    Pull(String),
+    PullOutput(String),
+}
+
+struct Conn {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+fn send_reply(conns: &mut BTreeMap<u64, Conn>, id: u64, reply: &Reply) {
+    let Some(c) = conns.get_mut(&id) else { return };
+    let mut line = serde_json::to_vec(reply).unwrap_or_else(|_| {
+        br#"{"result":"error","kind":"Internal","message":"encoding the reply failed"}"#.to_vec()
+    });
+    line.push(b'\n');
+    if c.stream.write_all(&line).is_err() {
+        conns.remove(&id);
+    }
+}
+
+impl Runtime {
+    /// Kills what ran out of time; the time until the next deadline.
+    fn deadlines(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let a = self.container_deadlines(now);
+        let b = self.exec_deadlines(now);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Every descriptor to watch, with what it belongs to.
+    fn watched(&self) -> Vec<(Source, BorrowedFd<'_>)> {
+        let mut out = Vec::new();
+        for (id, c) in &self.containers {
+            if let Some(run) = &c.run {
+                out.push((Source::Container(id.clone()), run.pidfd.as_fd()));
+                for (i, p) in run.pipes.iter().enumerate() {
+                    if let Some(p) = p {
+                        out.push((Source::Output(id.clone(), i), p.as_fd()));
+                    }
+                }
+            }
+        }
+        for (id, e) in &self.execs {
+            if let Some(p) = &e.pidfd {
+                out.push((Source::Exec(id.clone()), p.as_fd()));
+            }
+            for (i, p) in e.capture.iter().flat_map(|c| c.pipes.iter()).enumerate() {
+                if let Some(p) = p {
+                    out.push((Source::ExecOutput(id.clone(), i), p.as_fd()));
+                }
+            }
+        }
+        for (id, s) in &self.sandboxes {
+            if let Some(p) = &s.pidfd {
+                out.push((Source::Pause(id.clone()), p.as_fd()));
+            }
+        }
+        for (name, p) in &self.pulls {
+            if let Some(fd) = &p.pidfd {
+                out.push((Source::Pull(name.clone()), fd.as_fd()));
+            }
+            if let Some(fd) = &p.out {
+                out.push((Source::PullOutput(name.clone()), fd.as_fd()));
+            }
+        }
+        out
+    }
+
+    /// A watched descriptor is ready.
+    fn on_ready(&mut self, src: &Source) {
+        match src {
+            Source::Output(id, i) => self.on_container_output(id, *i),
+            Source::ExecOutput(id, i) => self.on_exec_output(id, *i),
+            Source::PullOutput(name) => self.on_pull_output(name),
+            Source::Container(id) => self.on_container_exit(id),
+            Source::Exec(id) => self.on_exec_exit(id),
+            Source::Pause(id) => self.on_pause_exit(id),
+            Source::Pull(name) => self.on_pull_exit(name),
+            Source::Listener | Source::Conn(_) => {}
+        }
+    }
+}
+
+/// Output sources are handled before exits, so an exit drains everything the process wrote.
+fn is_output(s: &Source) -> bool {
+    matches!(
+        s,
+        Source::Output(..) | Source::ExecOutput(..) | Source::PullOutput(_)
+    )
+}
+
+/// Runs the runtime until the process is killed.
+pub fn serve(opts: Options) -> Result<(), RuntimeError> {
+    let socket = opts.socket.clone();
+    let mut rt = Runtime::open(opts)?;
+    if let Some(dir) = socket.parent() {
+        fs::create_dir_all(dir).map_err(io_ctx(dir.display().to_string()))?;
+    }
+    let _ = fs::remove_file(&socket);
+    let listener =
+        UnixListener::bind(&socket).map_err(io_ctx(format!("listening on {}", socket.display())))?;
+    listener.set_nonblocking(true).map_err(io_ctx("listener"))?;
+    tracing::info!(socket = %socket.display(), "runtime ready");
+    let mut conns: BTreeMap<u64, Conn> = BTreeMap::new();
+    let mut next_conn = 0u64;
+    loop {
+        let timeout = rt.deadlines();
+        let mut srcs: Vec<Source> = vec![Source::Listener];
+        let mut borrowed: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
+        for (id, c) in &conns {
+            srcs.push(Source::Conn(*id));
+            borrowed.push(c.stream.as_fd());
+        }
+        for (s, fd) in rt.watched() {
+            srcs.push(s);
+            borrowed.push(fd);
+        }
+        let mut fds: Vec<PollFd<'_>> = borrowed
+            .iter()
+            .map(|b| PollFd::new(*b, PollFlags::POLLIN))
+            .collect();
+        let t = match timeout {
+            Some(d) => {
+                PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, t) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "poll failed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let ready: Vec<Source> = fds
+            .iter()
+            .zip(&srcs)
+            .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, s)| s.clone())
+            .collect();
+        drop(fds);
+        drop(borrowed);
+        for src in ready.iter().filter(|s| is_output(s)) {
+            rt.on_ready(src);
+        }
+        for src in ready.iter().filter(|s| !is_output(s)) {
+            match src {
+                Source::Listener => {
+                    while let Ok((stream, _)) = listener.accept() {
+                        // A client that stops reading its replies must not stall the runtime:
+                        // a reply that cannot be written in 5 s drops the connection.
+                        if stream.set_write_timeout(Some(Duration::from_secs(5))).is_err() {
+                            continue;
+                        }
+                        next_conn += 1;
+                        conns.insert(
+                            next_conn,
+                            Conn {
+                                stream,
+                                buf: Vec::new(),
+                                fds: Vec::new(),
+                            },
+                        );
+                    }
+                }
+                Source::Conn(id) => {
+                    let Some(c) = conns.get_mut(id) else { continue };
+                    let n = recv_some(c.stream.as_raw_fd(), &mut c.buf, &mut c.fds).unwrap_or(0);
+                    if n == 0 {
+                        conns.remove(id);
+                        continue;
+                    }
+                    while let Some(c) = conns.get_mut(id)
+                        && let Some(nl) = c.buf.iter().position(|b| *b == b'\n')
+                    {
+                        let line: Vec<u8> = c.buf.drain(..=nl).collect();
+                        let mut fds = std::mem::take(&mut c.fds);
+                        let reply = match serde_json::from_slice::<Request>(&line) {
+                            Ok(req) => rt.handle(*id, req, &mut fds),
+                            Err(e) => Some(Reply::Error(ReplyError::new(
+                                ErrorKind::Invalid,
+                                format!("bad request: {e}"),
+                            ))),
+                        };
+                        if let Some(c) = conns.get_mut(id) {
+                            c.fds = fds;
+                        }
+                        if let Some(r) = reply {
+                            send_reply(&mut conns, *id, &r);
+                        }
+                    }
+                }
+                other => rt.on_ready(other),
+            }
+        }
+        for (conn, reply) in std::mem::take(&mut rt.outbox) {
+            send_reply(&mut conns, conn, &reply);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use runtime_api::PullPolicy;
+
+    use super::*;
+
+    /// Polls the runtime's own descriptors (no socket) until `n` replies are out.
+    fn run_until_replies(rt: &mut Runtime, n: usize) -> Vec<(u64, Reply)> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while rt.outbox.len() < n && Instant::now() < deadline {
+            let watched = rt.watched();
+            let srcs: Vec<Source> = watched.iter().map(|(s, _)| s.clone()).collect();
+            let mut fds: Vec<PollFd<'_>> = watched
+                .iter()
+                .map(|(_, fd)| PollFd::new(*fd, PollFlags::POLLIN))
+                .collect();
+            let _ = poll(&mut fds, PollTimeout::from(100u16));
+            let ready: Vec<Source> = fds
+                .iter()
+                .zip(&srcs)
+                .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+                .map(|(_, s)| s.clone())
+                .collect();
+            drop(fds);
+            drop(watched);
+            for src in ready.iter().filter(|s| is_output(s)) {
+                rt.on_ready(src);
+            }
+            for src in ready.iter().filter(|s| !is_output(s)) {
+                rt.on_ready(src);
+            }
+        }
+        std::mem::take(&mut rt.outbox)
+    }
+
+    #[test]
+    fn a_pull_runs_in_a_child_and_every_waiter_gets_its_result() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut rt = crate::server::test_runtime(dir.path());
+        // Nothing listens on the discard port: the child's pull fails to connect.
+        let pull = || Request::PullImage {
+            image: "127.0.0.1:9/x:1".into(),
+            policy: PullPolicy::Always,
+            auth: None,
+            insecure_registries: vec![],
+        };
+        assert!(rt.handle(1, pull(), &mut Vec::new()).is_none(), "answered later");
+        assert!(
+            rt.handle(2, pull(), &mut Vec::new()).is_none(),
+            "joins the first pull"
+        );
+        assert_eq!(rt.pulls.len(), 1);
+        // Meanwhile the runtime answers other requests.
+        assert!(matches!(
+            rt.handle(3, Request::ListImages, &mut Vec::new()),
+            Some(Reply::Images { .. })
+        ));
+        let replies = run_until_replies(&mut rt, 2);
+        let conns: Vec<u64> = replies.iter().map(|(c, _)| *c).collect();
+        assert_eq!(conns, [1, 2]);
+        for (_, r) in &replies {
+            assert!(
+                matches!(r, Reply::Error(e) if e.kind == ErrorKind::Unavailable && e.message.contains("127.0.0.1:9")),
+                "{r:?}"
+            );
+        }
+        assert!(rt.pulls.is_empty(), "the child was reaped");
+        let scratch: Vec<_> = std::fs::read_dir(dir.path().join("images/tmp"))
+            .expect("tmp")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            scratch.len(),
+            1,
+            "only the runtime's own scratch directory: {scratch:?}"
+        );
+    }
+}
