@@ -356,10 +356,21 @@ impl TestCluster {
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
-                "kubectl get {what:?} {path}: still {v:?}"
+                "kubectl get {what:?} {path}: still {v:?}\n{}",
+                self.pods_summary()
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    /// One line per pod in the default namespace (node, image, deletion, phase, readiness), for
+    /// the message of a test that timed out.
+    pub fn pods_summary(&self) -> String {
+        let pods = self.jsonpath(
+            &["pods"],
+            "{range .items[*]}{.metadata.name} node={.spec.nodeName} image={.spec.containers[0].image} deleting={.metadata.deletionTimestamp} phase={.status.phase} ready={.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+        );
+        format!("pods:\n{pods}")
     }
 
     /// The message of a pod's `PodScheduled` condition, once there is one.

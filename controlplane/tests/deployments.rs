@@ -28,7 +28,21 @@ fn deployment(name: &str, replicas: u32, image: &str, extra_spec: &str) -> Strin
 /// `kubectl rollout status` until it succeeds (90 s).
 fn rollout_status(c: &TestCluster, what: &str) -> String {
     let (ok, out, err) = c.kubectl_result(&["rollout", "status", what, "--timeout=90s"], None);
-    assert!(ok, "rollout status {what}: {out}{err}");
+    if !ok {
+        // What the controllers saw last: each set's spec and status, and the pods.
+        let sets = c.jsonpath(
+            &["rs"],
+            "{range .items[*]}{.metadata.name} spec={.spec.replicas} status={.status.replicas} rv={.metadata.resourceVersion} observed={.status.observedGeneration} gen={.metadata.generation}{\"\\n\"}{end}",
+        );
+        let deployments = c.jsonpath(
+            &["deploy"],
+            "{range .items[*]}{.metadata.name} {.status}{\"\\n\"}{end}",
+        );
+        panic!(
+            "rollout status {what}: {out}{err}\nsets:\n{sets}\n{}\ndeployments:\n{deployments}",
+            c.pods_summary()
+        );
+    }
     out
 }
 

@@ -69,7 +69,16 @@ fn messages(c: &TestCluster, object: &str, reason: &str) -> Vec<String> {
 
 /// `kubectl rollout status` until it succeeds (60 s).
 fn rollout_status(c: &TestCluster, what: &str) -> String {
-    c.kubectl(&["rollout", "status", what, "--timeout=60s"])
+    let (ok, out, err) = c.kubectl_result(&["rollout", "status", what, "--timeout=60s"], None);
+    if !ok {
+        // What the controllers saw last: the object's status and the pods.
+        let status = c.jsonpath(&[what], "{.metadata.generation} {.status}");
+        panic!(
+            "rollout status {what}: {out}{err}\nstatus: {status}\n{}",
+            c.pods_summary()
+        );
+    }
+    out
 }
 
 fn images(c: &TestCluster, selector: &str) -> String {

@@ -1,25 +1,47 @@
 //! Shared informers: one list+watch per kind for all controllers, a cache (kube's reflector
 //! store) they read, a stream of changed objects they subscribe to, and a stream of deleted
-//! objects. The deletions stream exists because kube-runtime 2.0's shared reflector dispatches
-//! only applied objects to subscribers (see `Writer::dispatch_event` in kube-runtime's
-//! `reflector/store.rs`): without it a ReplicaSet would not notice a pod deleted outright until a
-//! resync.
+//! objects.
+//!
+//! The change and deletion streams are this module's own channels, not kube-runtime's shared
+//! reflector handles: kube-runtime 2.0.1's `ReflectHandle` (`reflector/dispatcher.rs`) receives
+//! an object reference, looks it up in the store, and when the object is already gone returns
+//! `Pending` without a waker registered, so the subscriber stalls until something else wakes its
+//! task; a controller then missed the last pod updates of a rollout (a ReplicaSet kept stale
+//! `availableReplicas`, rollouts timed out in the hollow-node suites). Here each message carries
+//! the object itself, sent after the cache applied the event; the sender waits for slow
+//! subscribers (back-pressure, nothing is dropped).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
+use async_broadcast::{InactiveReceiver, Sender};
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
 
-/// Objects a subscriber may lag behind before the writer waits for it.
+/// Objects a subscriber may lag behind before the informer waits for it.
 const SUBSCRIBER_BUFFER: usize = 4096;
-/// Deletions kept for slow receivers (a receiver that lags more triggers a resync instead).
-const DELETION_BUFFER: usize = 4096;
+
+/// A broadcast channel whose receivers are made on demand; sends wait while any active
+/// receiver is full, and go nowhere while there is none.
+struct Channel<K> {
+    tx: Sender<Arc<K>>,
+    idle: InactiveReceiver<Arc<K>>,
+}
+
+impl<K> Channel<K> {
+    fn new() -> Self {
+        let (mut tx, rx) = async_broadcast::broadcast(SUBSCRIBER_BUFFER);
+        tx.set_await_active(false);
+        Self {
+            tx,
+            idle: rx.deactivate(),
+        }
+    }
+}
 
 /// Bound of the object types an informer serves.
 pub trait Object:
@@ -32,12 +54,17 @@ impl<K> Object for K where
 {
 }
 
+/// A function that sees every watch event of an informer before its cache does.
+pub type Hook<K> = Box<dyn Fn(&watcher::Event<K>) + Send + Sync>;
+
 /// One kind's list+watch, cache and change streams.
 pub struct Informer<K: Object> {
     api: kube::Api<K>,
     writer: Mutex<Option<Writer<K>>>,
     reader: Store<K>,
-    deleted: broadcast::Sender<Arc<K>>,
+    changed: Channel<K>,
+    deleted: Channel<K>,
+    hooks: Mutex<Vec<Hook<K>>>,
 }
 
 impl<K: Object> Debug for Informer<K> {
@@ -59,14 +86,23 @@ fn strip<K: Object>(o: &mut K) {
 
 impl<K: Object> Informer<K> {
     fn new(client: kube::Client) -> Self {
-        let (reader, writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        let (deleted, _) = broadcast::channel(DELETION_BUFFER);
+        let (reader, writer) = reflector::store();
         Self {
             api: kube::Api::all(client),
             writer: Mutex::new(Some(writer)),
             reader,
-            deleted,
+            changed: Channel::new(),
+            deleted: Channel::new(),
+            hooks: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Runs `hook` on every watch event, in the watch's order, before the cache applies the
+    /// event and before any subscriber hears of it: an index kept by a hook is current whenever
+    /// a controller is woken (client-go's indexers have the same guarantee). Register before
+    /// the informers start.
+    pub fn on_event(&self, hook: Hook<K>) {
+        self.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
     }
 
     /// The cache.
@@ -74,31 +110,15 @@ impl<K: Object> Informer<K> {
         self.reader.clone()
     }
 
-    /// Objects as they are added or changed (and every object after each relist). Subscribe
-    /// before the informers start; afterwards this stream is empty.
+    /// Objects as they are added or changed (and every object after each relist), after the
+    /// cache has them. Subscribe before the informers start to see the first list.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        let handle = self
-            .writer
-            .lock()
-            .ok()
-            .and_then(|w| w.as_ref().and_then(Writer::subscribe));
-        futures::stream::iter(handle).flatten()
+        self.changed.idle.activate_cloned()
     }
 
-    /// Objects as they are deleted (their last known state).
+    /// Objects as they are deleted (their last known state), after the cache dropped them.
     pub fn deletions(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        let rx = self.deleted.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(obj) => return Some((obj, rx)),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(kind = %K::kind(&()), missed = n, "deletions lagged");
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        self.deleted.idle.activate_cloned()
     }
 
     /// Starts the list+watch (once).
@@ -106,21 +126,43 @@ impl<K: Object> Informer<K> {
         let Some(writer) = self.writer.lock().ok().and_then(|mut w| w.take()) else {
             return;
         };
-        let deleted = self.deleted.clone();
+        let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|p| p.into_inner()));
         let stream = watcher(self.api.clone(), watcher::Config::default())
             .default_backoff()
             .modify(strip::<K>)
             .inspect(move |ev| {
-                if let Ok(watcher::Event::Delete(obj)) = ev {
-                    let _ = deleted.send(Arc::new(obj.clone()));
+                if let Ok(ev) = ev {
+                    for hook in &hooks {
+                        hook(ev);
+                    }
                 }
             });
         let stream = reflector::reflector(writer, stream);
+        let (changed, deleted, cache) = (
+            self.changed.tx.clone(),
+            self.deleted.tx.clone(),
+            self.reader.clone(),
+        );
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
-                if let Err(e) = ev {
-                    tracing::debug!(kind = %K::kind(&()), error = %e, "watch error");
+                // The reflector has applied the event to the cache; now tell the subscribers.
+                // (A send fails only when no subscriber is active: nothing to tell.)
+                match ev {
+                    Ok(watcher::Event::Apply(o)) => {
+                        let o = cache.get(&ObjectRef::from_obj(&o)).unwrap_or_else(|| Arc::new(o));
+                        let _ = changed.broadcast_direct(o).await;
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        let _ = deleted.broadcast_direct(Arc::new(o)).await;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        for o in cache.state() {
+                            let _ = changed.broadcast_direct(o).await;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(kind = %K::kind(&()), error = %e, "watch error"),
                 }
             }
         });

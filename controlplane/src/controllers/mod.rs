@@ -22,9 +22,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
-pub mod owned;
 pub mod podgc;
-pub mod podindex;
 pub mod podstatus;
 pub mod podutil;
 pub mod replicaset;
@@ -142,7 +140,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         client,
         cfg,
     };
-    let (by_node, index) = podindex::PodsByNode::new(&mgr.informers.get::<k8s_openapi::api::core::v1::Pod>());
+    let by_node = index::PodsByNode::by_node(&mgr.informers.get::<k8s_openapi::api::core::v1::Pod>());
     type Build<'a> = Box<dyn FnOnce() -> Running + 'a>;
     let all: Vec<(&str, Build<'_>)> = vec![
         ("replicaset-controller", Box::new(|| replicaset::controller(&mgr))),
@@ -186,13 +184,12 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
             None
         }
     };
-    let mut controllers: Vec<(&str, Running)> = all
+    let controllers: Vec<(&str, Running)> = all
         .into_iter()
         .chain(publisher)
         .filter(|(name, _)| mgr.cfg.enabled(name))
         .map(|(name, build)| (name, build()))
         .collect();
-    controllers.push(("pods-by-node index", index));
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
     let tasks: Vec<_> = controllers

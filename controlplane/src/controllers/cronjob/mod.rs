@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
 
 use self::reconcile::{has_unlisted_running, plan, unseen_active, with_created};
-use super::owned::{OwnedIndex, controller_uid};
+use super::index::{OwnerIndex, controller_uid};
 use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
@@ -39,7 +39,7 @@ pub enum SyncError {
 
 pub(crate) struct Ctx {
     client: kube::Client,
-    jobs: Arc<OwnedIndex<Job>>,
+    jobs: Arc<OwnerIndex<Job>>,
     recorder: Arc<Recorder>,
     failures: Failures,
 }
@@ -48,18 +48,16 @@ pub(crate) struct Ctx {
 pub fn controller(mgr: &Manager) -> Running {
     let cronjobs = mgr.informers.get::<CronJob>();
     let jobs = mgr.informers.get::<Job>();
-    let index = Arc::new(OwnedIndex::new(jobs.reader()));
+    let index = OwnerIndex::by_controller(&jobs);
     let ctx = Arc::new(Ctx {
         client: mgr.client.clone(),
-        jobs: index.clone(),
+        jobs: index,
         recorder: mgr.recorder(COMPONENT),
         failures: Failures::default(),
     });
-    let idx = index.clone();
-    let changed = jobs.subscribe().inspect(move |j| idx.observe(j));
+    let changed = jobs.subscribe();
     let deleted = jobs
         .deletions()
-        .inspect(move |j| index.forget(j))
         .filter_map(|j| futures::future::ready(controller_ref::<CronJob, _>(&*j)));
     let ctl = Controller::for_shared_stream(cronjobs.subscribe(), cronjobs.reader())
         .owns_shared_stream(changed)
@@ -75,6 +73,8 @@ fn error_policy(cj: Arc<CronJob>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile_one(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
+    // Nothing is decided on a cache that has not listed yet (a restart would over-create).
+    ctx.jobs.synced().await;
     run_sync(&ctx.failures, "cronjob", &*cj, sync(&cj, &ctx)).await
 }
 
@@ -84,7 +84,7 @@ async fn sync(cached: &CronJob, ctx: &Ctx) -> Result<Action, SyncError> {
     let uid = cached.metadata.uid.clone().unwrap_or_default();
     let cj_api: kube::Api<CronJob> = kube::Api::namespaced(ctx.client.clone(), &ns);
     let job_api: kube::Api<Job> = kube::Api::namespaced(ctx.client.clone(), &ns);
-    let jobs = ctx.jobs.children(&uid);
+    let jobs = ctx.jobs.owned_by(&uid);
     let mut cj = cached.clone();
     // A running Job not in the cached active list: the CronJob's cache may lag its Jobs'.
     if has_unlisted_running(&cj, &jobs) {

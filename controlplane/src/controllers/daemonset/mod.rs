@@ -83,8 +83,8 @@ pub fn controller(mgr: &Manager) -> Running {
     let ctx = Arc::new(Ctx {
         client: mgr.client.clone(),
         nodes: nodes.reader(),
-        pods: OwnerIndex::new(&pods),
-        revisions: OwnerIndex::new(&revisions),
+        pods: OwnerIndex::by_controller(&pods),
+        revisions: OwnerIndex::by_controller(&revisions),
         recorder: mgr.recorder(COMPONENT),
         expectations: Expectations::default(),
         failures: Failures::default(),
@@ -160,6 +160,10 @@ fn error_policy(ds: Arc<DaemonSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile_one(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
+    // Nothing is decided on a cache that has not listed yet (a restart would over-create).
+    super::informer::synced(&ctx.nodes).await;
+    ctx.pods.synced().await;
+    ctx.revisions.synced().await;
     run_sync(&ctx.failures, "daemonset", &*ds, sync(&ds, &ctx)).await
 }
 

@@ -141,6 +141,9 @@ fn error_policy(d: Arc<Deployment>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile_one(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
+    // Nothing is decided on a cache that has not listed yet (a restart would over-create).
+    super::informer::synced(&ctx.sets).await;
+    super::informer::synced(&ctx.pods).await;
     run_sync(&ctx.failures, "deployment", &*d, sync(&d, &ctx)).await
 }
 
@@ -171,6 +174,18 @@ async fn sync(d: &Deployment, ctx: &Ctx) -> Result<Action, SyncError> {
         Vec::new()
     };
     let plan = reconcile::plan(d, &sets, &pods, Utc::now());
+    tracing::debug!(
+        deployment = %key_of(d),
+        resource_version = ?d.metadata.resource_version,
+        generation = ?d.metadata.generation,
+        sets = ?sets
+            .iter()
+            .filter(|rs| rs.metadata.owner_references.iter().flatten().any(|o| Some(&o.uid) == d.metadata.uid.as_ref()))
+            .map(|rs| (rs.metadata.name.as_deref(), rs.metadata.resource_version.as_deref(), rs.spec.as_ref().and_then(|s| s.replicas), rs.status.as_ref().map(|s| s.replicas)))
+            .collect::<Vec<_>>(),
+        steps = ?plan.steps,
+        "deployment plan"
+    );
     let mut run = Run {
         ctx,
         d,

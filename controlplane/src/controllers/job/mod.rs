@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use self::policy::{BackoffRecord, TRACKING_FINALIZER, has_finalizer};
 use self::reconcile::{Event, Skip, Sync, finished_type, pod_for};
 use super::expectations::{Expectations, TIMEOUT};
-use super::owned::OwnedIndex;
+use super::index::OwnerIndex;
 use super::podutil::is_active;
 use super::{Failures, Manager, Running, controller_ref, key_of, run_sync};
 use crate::events::{Involved, Kind, Recorder};
@@ -101,7 +101,7 @@ impl FinalizerExpectations {
 
 pub(crate) struct Ctx {
     client: kube::Client,
-    pods: Arc<OwnedIndex<Pod>>,
+    pods: Arc<OwnerIndex<Pod>>,
     recorder: Arc<Recorder>,
     expectations: Expectations,
     finalizers: FinalizerExpectations,
@@ -137,7 +137,7 @@ fn is_orphan(pod: &Pod, jobs: &Store<Job>) -> bool {
 pub fn controller(mgr: &Manager) -> Running {
     let jobs = mgr.informers.get::<Job>();
     let pods = mgr.informers.get::<Pod>();
-    let index = Arc::new(OwnedIndex::new(pods.reader()));
+    let index = OwnerIndex::by_controller(&pods);
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         client: mgr.client.clone(),
@@ -149,23 +149,20 @@ pub fn controller(mgr: &Manager) -> Running {
         failures: Failures::default(),
         orphans: orphan_tx.clone(),
     });
-    // The index is updated before the controller sees the change; orphans go to their queue.
-    let (idx, job_reader, tx) = (index.clone(), jobs.reader(), orphan_tx.clone());
+    // Orphans go to their queue.
+    let (job_reader, tx) = (jobs.reader(), orphan_tx.clone());
     let changed = pods.subscribe().inspect(move |p| {
-        idx.observe(p);
         if is_orphan(p, &job_reader) {
             let _ = tx.send(ObjectRef::from_obj(&**p));
         }
     });
-    let idx = index.clone();
     let deleted = pods
         .deletions()
-        .inspect(move |p| idx.forget(p))
         .filter_map(|p| futures::future::ready(controller_ref::<Job, _>(&*p)));
     // A deleted Job leaves its pods' finalizers to the orphan queue.
-    let (idx, tx) = (index.clone(), orphan_tx);
+    let (idx, tx) = (index, orphan_tx);
     let gone_jobs = jobs.deletions().for_each(move |j| {
-        for p in idx.children(j.metadata.uid.as_deref().unwrap_or_default()) {
+        for p in idx.owned_by(j.metadata.uid.as_deref().unwrap_or_default()) {
             if has_finalizer(&p) {
                 let _ = tx.send(ObjectRef::from_obj(&*p));
             }
@@ -259,7 +256,7 @@ async fn finished(job: &Job, ctx: &Ctx, pods: &[Arc<Pod>]) -> Result<Action, Syn
 async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
     let key = key_of(job);
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pods = ctx.pods.children(&uid);
+    let pods = ctx.pods.owned_by(&uid);
     if finished_type(job).is_some() {
         return finished(job, ctx, &pods).await;
     }

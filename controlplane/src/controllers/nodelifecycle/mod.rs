@@ -29,7 +29,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
-use super::podindex::{PodsByNode, node_of};
+use super::index::{PodsByNode, node_of};
 use super::podstatus;
 use super::{Failures, Manager, Running, key_of};
 use crate::events::{Involved, Kind, Recorder};
@@ -75,7 +75,7 @@ pub(crate) struct Ctx {
     nodes: Store<Node>,
     leases: Store<Lease>,
     pods: Store<Pod>,
-    by_node: PodsByNode,
+    by_node: Arc<PodsByNode>,
     recorder: Arc<Recorder>,
     cfg: LifecycleConfig,
     state: Mutex<State>,
@@ -89,7 +89,7 @@ impl Ctx {
 }
 
 /// The controller.
-pub fn controller(mgr: &Manager, by_node: &PodsByNode) -> Running {
+pub fn controller(mgr: &Manager, by_node: &Arc<PodsByNode>) -> Running {
     let nodes = mgr.informers.get::<Node>();
     let leases = mgr.informers.get::<Lease>();
     let pods = mgr.informers.get::<Pod>();

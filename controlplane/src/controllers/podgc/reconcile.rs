@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::controllers::podindex::node_of;
+use crate::controllers::index::node_of;
 
 /// `node.kubernetes.io/out-of-service`: an admin says the node is down for good.
 pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";

@@ -103,6 +103,8 @@ fn error_policy(rs: Arc<ReplicaSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile_one(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
+    // Nothing is decided on a cache that has not listed yet (a restart would over-create).
+    super::informer::synced(&ctx.pods).await;
     run_sync(&ctx.failures, "replicaset", &*rs, sync(&rs, &ctx)).await
 }
 

@@ -59,8 +59,8 @@ pub fn controller(mgr: &Manager) -> Running {
     let claims = mgr.informers.get::<PersistentVolumeClaim>();
     let ctx = Arc::new(Ctx {
         client: mgr.client.clone(),
-        pods: OwnerIndex::new(&pods),
-        revisions: OwnerIndex::new(&revisions),
+        pods: OwnerIndex::by_controller(&pods),
+        revisions: OwnerIndex::by_controller(&revisions),
         claims: claims.reader(),
         recorder: mgr.recorder(COMPONENT),
         failures: Failures::default(),
@@ -107,6 +107,10 @@ fn error_policy(set: Arc<StatefulSet>, err: &SyncError, ctx: Arc<Ctx>) -> Action
 }
 
 async fn reconcile_one(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
+    // Nothing is decided on a cache that has not listed yet (a restart would over-create).
+    ctx.pods.synced().await;
+    ctx.revisions.synced().await;
+    super::informer::synced(&ctx.claims).await;
     run_sync(&ctx.failures, "statefulset", &*set, sync(&set, &ctx)).await
 }
 
@@ -210,15 +214,9 @@ async fn sync(set: &StatefulSet, ctx: &Ctx) -> Result<Action, SyncError> {
     Ok(if plan.wait_min_ready && min_ready > 0 {
         Action::requeue(Duration::from_secs(u64::try_from(min_ready).unwrap_or(0) + 1))
     } else {
-        // A level-triggered look every 30 s: a scale-down was seen to stay undone under load
-        // (web-2 kept after `kubectl scale --replicas=2` in tests/workloads.rs, about 1 run in 3
-        // right after a build, never reproduced with logs); another sync converges it.
-        Action::requeue(RESYNC)
+        Action::requeue(Duration::from_secs(600))
     })
 }
-
-/// How often a StatefulSet is synced when nothing triggers it.
-const RESYNC: Duration = Duration::from_secs(30);
 
 async fn patch_ignoring_races<K>(
     api: &kube::Api<K>,

@@ -26,7 +26,7 @@ use kube::api::DeleteParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::podindex::{PodsByNode, node_of};
+use super::index::{PodsByNode, node_of};
 use super::podstatus;
 use super::{Failures, Manager, Running, key_of};
 use crate::events::{Involved, Kind, Recorder};
@@ -67,7 +67,7 @@ fn taints_of(node: &Node) -> &[Taint] {
 }
 
 /// The controller.
-pub fn controller(mgr: &Manager, by_node: &PodsByNode) -> Running {
+pub fn controller(mgr: &Manager, by_node: &Arc<PodsByNode>) -> Running {
     let nodes = mgr.informers.get::<Node>();
     let pods = mgr.informers.get::<Pod>();
     let ctx = Arc::new(Ctx {
