@@ -50,6 +50,15 @@ impl Expectations {
             .insert(uid.into(), Instant::now());
     }
 
+    /// The delete of `uid` by `owner` failed: nothing to wait for (upstream lowers the
+    /// expectation the same way), else the pod would count as going for five minutes.
+    pub fn delete_failed(&self, owner: &str, uid: &str) {
+        let mut o = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = o.get_mut(owner) {
+            p.deletes.remove(uid);
+        }
+    }
+
     /// What is outstanding for `owner`, given the names the cache has (in any state) and the
     /// uids of the pods the cache still holds as active. Fulfilled and expired expectations are
     /// dropped.
@@ -113,5 +122,9 @@ mod tests {
         assert!(out.deletes.contains("u1"));
         let gone: HashSet<&str> = ["u2"].into();
         assert!(e.outstanding("rs", &HashSet::new(), &gone).deletes.is_empty());
+        // A failed delete is not waited for.
+        e.deleted("rs", "u2");
+        e.delete_failed("rs", "u2");
+        assert!(e.outstanding("rs", &HashSet::new(), &active).deletes.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
+use super::UNCONDITIONAL_ATTEMPTS;
 use crate::api::Api;
 use crate::api::object::{self, name_of};
 use crate::api::registry::{self, Resource};
@@ -111,8 +112,21 @@ fn finalizers_of(obj: &Value) -> Vec<String> {
 
 impl Api {
     /// DELETE of one object. Honours preconditions, the propagation policy (as finalizers for
-    /// the garbage collector), finalizers and graceful pod deletion.
+    /// the garbage collector), finalizers and graceful pod deletion. A write
+    /// that lost a race with another writer (a node updating the pod's status while a
+    /// controller deletes it) is tried again on a fresh read, as upstream's deletion does;
+    /// only the caller's own preconditions answer 409.
     pub(crate) async fn delete(&self, t: &Target, opts: &Value, q: &Query) -> Result<Value, ApiError> {
+        let mut attempt = 0;
+        loop {
+            match self.delete_once(t, opts, q).await {
+                Err(e) if e.is_stale_write() && attempt < UNCONDITIONAL_ATTEMPTS => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn delete_once(&self, t: &Target, opts: &Value, q: &Query) -> Result<Value, ApiError> {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
         let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;

@@ -485,8 +485,14 @@ async fn delete_pod(
                 .await;
             Ok(())
         }
-        Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        // 409: the uid precondition failed, the pod was replaced; the old one is gone.
+        Err(e) if api_code(&e) == Some(409) => {
+            ctx.expectations.delete_failed(owner, &vuid);
+            Ok(())
+        }
         Err(e) => {
+            ctx.expectations.delete_failed(owner, &vuid);
             let msg = format!("Error deleting: {}", api_message(&e));
             ctx.recorder
                 .record(involved, Kind::Warning, "FailedDelete", "Delete", &msg)

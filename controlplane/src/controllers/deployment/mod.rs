@@ -178,10 +178,11 @@ async fn sync(d: &Deployment, ctx: &Ctx) -> Result<Action, SyncError> {
         deployment = %key_of(d),
         resource_version = ?d.metadata.resource_version,
         generation = ?d.metadata.generation,
+        replicas = ?d.spec.as_ref().and_then(|s| s.replicas),
         sets = ?sets
             .iter()
             .filter(|rs| rs.metadata.owner_references.iter().flatten().any(|o| Some(&o.uid) == d.metadata.uid.as_ref()))
-            .map(|rs| (rs.metadata.name.as_deref(), rs.metadata.resource_version.as_deref(), rs.spec.as_ref().and_then(|s| s.replicas), rs.status.as_ref().map(|s| s.replicas)))
+            .map(|rs| (rs.metadata.name.as_deref(), rs.metadata.resource_version.as_deref(), rs.spec.as_ref().and_then(|s| s.replicas), rs.status.as_ref().map(|s| (s.replicas, s.available_replicas)), rs.metadata.annotations.as_ref().map(|a| (a.get("deployment.kubernetes.io/desired-replicas").cloned(), a.get("deployment.kubernetes.io/revision").cloned()))))
             .collect::<Vec<_>>(),
         steps = ?plan.steps,
         "deployment plan"

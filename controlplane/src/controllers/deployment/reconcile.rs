@@ -1143,6 +1143,13 @@ impl Sync {
             if replicas == 0 || replicas == available {
                 continue;
             }
+            // More available than wanted: the set was scaled down and its pods are not gone
+            // yet. Upstream's cleanupUnhealthyReplicas refuses that "scale down" (it would grow
+            // the set) with an error, which ends the sync; the set's next status brings the next
+            // one.
+            if available > replicas {
+                return cleaned > 0;
+            }
             let down = (max_scaled_down - cleaned).min(replicas - available);
             self.scale_and_record(i, replicas - down);
             cleaned += down;

@@ -319,6 +319,30 @@ fn unhealthy_old_replicas_go_first() {
 }
 
 #[test]
+fn an_old_set_with_more_available_than_its_size_is_never_scaled_up() {
+    // Seen live: the old set scaled to 1 still has 2 available pods (its controller has not
+    // deleted the surplus yet); the new set is at its full size. Upstream's cleanup step
+    // refuses to "scale down" 1 -> 2; nothing may grow the old set.
+    let d = deployment(4, "nginx:2", json!({}));
+    let mut old = (*with_annotations(&rs("nginx:1", 1, 1, 2, 60), 4, 5)).clone();
+    old.status.get_or_insert_default().replicas = 2;
+    let new = with_annotations(&rs("nginx:2", 2, 4, 3, 1), 4, 5);
+    let p = plan(&d, &[Arc::new(old), new], &[], now());
+    assert!(
+        updates(&p)
+            .iter()
+            .all(|(name, size)| name != &name_of("nginx:1") || *size <= 1),
+        "{:?}",
+        updates(&p)
+    );
+    assert!(
+        !events(&p).iter().any(|e| e.contains("Scaled up")),
+        "{:?}",
+        events(&p)
+    );
+}
+
+#[test]
 fn rollout_completes_and_reports_new_replica_set_available() {
     let d = deployment(
         3,

@@ -167,6 +167,7 @@ async fn sync(rs: &ReplicaSet, ctx: &Ctx) -> Result<Action, SyncError> {
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
+                ctx.expectations.delete_failed(&uid, &vuid);
                 let msg = format!("Error deleting: {e}");
                 ctx.recorder
                     .record(&involved, Kind::Warning, "FailedDelete", "Delete", &msg)
