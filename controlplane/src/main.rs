@@ -279,6 +279,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     api.bootstrap()
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+    api.start_authorization()
+        .await
+        .map_err(|e| anyhow::anyhow!("authorization: {e}"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -292,8 +295,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             groups: vec!["system:masters".into()],
         },
     );
-    // The node bootstrap token: it may only ask for a kubelet client certificate (enforced by
-    // the CSR signer; RBAC is not enforced yet).
+    // The node bootstrap token: RBAC lets `system:bootstrappers` only create and read CSRs.
     tokens.insert(
         pki.bootstrap_token.clone(),
         Caller {

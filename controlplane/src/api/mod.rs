@@ -16,6 +16,7 @@
 //!   (served resources) and `status` (`ApiError`).
 
 mod admission;
+pub(crate) mod authz;
 pub mod object;
 pub mod output;
 pub mod protobuf;
@@ -60,6 +61,8 @@ pub struct Api {
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
     /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
     pub(crate) agent_client: OnceLock<Result<streams::AgentClient, Arc<streams::AgentTlsError>>>,
+    /// The authorizer chain and its RBAC index (fed by every write through `store`).
+    pub(crate) authz: Arc<authz::Authz>,
 }
 
 impl std::fmt::Debug for Api {
@@ -71,8 +74,14 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// An API over `store`, publishing `ca_pem` as `kube-root-ca.crt`.
     pub fn new(store: Arc<dyn Store>, ca_pem: String) -> Self {
+        let authz = Arc::new(authz::Authz::default());
+        let store = Arc::new(authz::ObservedStore {
+            inner: store,
+            authz: authz.clone(),
+        });
         Self {
             store,
+            authz,
             ca_pem,
             watch_cache: Arc::default(),
             pki: None,
@@ -210,8 +219,14 @@ impl Api {
         if req.method() == Method::GET && matches!(segs.as_slice(), ["healthz" | "livez" | "readyz", ..]) {
             return text_response(200, "ok");
         }
-        if caller.is_none() {
+        let Some(caller) = caller else {
             return error_response_as(&ApiError::unauthorized(), format);
+        };
+        let info = authz::RequestInfo::of(req.method(), &path, &query);
+        let selector = query.get("fieldSelector").unwrap_or_default();
+        if let Err(e) = self.authz.authorize(caller, &info.attributes(), selector) {
+            tracing::debug!(user = %caller.user, reason = %e.message, "forbidden");
+            return error_response_as(&e, format);
         }
         let result = match (req.method().clone(), segs.as_slice()) {
             (Method::GET, ["version"]) => Ok(json_response(200, &discovery::version())),
@@ -234,8 +249,12 @@ impl Api {
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.
-                    let (result, raised) =
-                        warnings::collect(self.dispatch(req, t, query, caller, format)).await;
+                    let (result, raised) = authz::CALLER
+                        .scope(
+                            caller.clone(),
+                            warnings::collect(self.dispatch(req, t, query, Some(caller), format)),
+                        )
+                        .await;
                     result.map(|mut resp| {
                         warnings::attach(&mut resp, raised);
                         resp
@@ -319,7 +338,7 @@ impl Api {
             (Method::GET, true, None | Some("status")) => self.get(&t, want).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
-                self.pod_log(&t, &query, caller).await
+                self.pod_log(&t, &query).await
             }
             (Method::POST, false, None) => {
                 let obj = parse_object_body(&ct, &body)?;

@@ -128,6 +128,11 @@ impl Api {
         if let (Fields::Record, Some(w)) = (fields, writer(t, q, &now)) {
             fieldmanager::record_update(Type::of_kind(&res.api_version(), res.kind), None, &mut obj, w);
         }
+        crate::api::authz::node_restriction(
+            res,
+            t.sub.as_deref(),
+            crate::api::authz::node::Write::Create(&obj),
+        )?;
         let name = name_of(&obj).to_string();
         if res.group == "certificates.k8s.io" && res.plural == "certificatesigningrequests" {
             admission::admit_csr(self.pki.as_deref(), &mut obj, caller);
