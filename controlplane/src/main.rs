@@ -282,6 +282,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     api.start_authorization()
         .await
         .map_err(|e| anyhow::anyhow!("authorization: {e}"))?;
+    // The node bootstrap token of DIR/pki/bootstrap.token authenticates through its Secret
+    // (RBAC lets `system:bootstrappers` only create and read CSRs).
+    api.ensure_bootstrap_token(&pki.bootstrap_token)
+        .await
+        .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -293,14 +298,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Caller {
             user: "admin".into(),
             groups: vec!["system:masters".into()],
-        },
-    );
-    // The node bootstrap token: RBAC lets `system:bootstrappers` only create and read CSRs.
-    tokens.insert(
-        pki.bootstrap_token.clone(),
-        Caller {
-            user: format!("system:bootstrap:{}", pki.bootstrap_token_id()),
-            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
         },
     );
     if !args.no_scheduler {

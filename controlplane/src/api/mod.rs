@@ -36,6 +36,7 @@ use http::{HeaderValue, Method, Request, Response, header};
 use tracing::Instrument;
 use tracing::field::{Empty, display};
 
+pub use authz::decisions_per_second as authorizer_decisions_per_second;
 pub use output::{Body, Format, error_response, error_response_as, full};
 pub use request::Caller;
 pub use request::body::{MAX_BODY, collect_body};
@@ -222,6 +223,11 @@ impl Api {
         let Some(caller) = caller else {
             return error_response_as(&ApiError::unauthorized(), format);
         };
+        let impersonated = match authz::reviews::impersonate(&self.authz, caller, req.headers()) {
+            Ok(c) => c,
+            Err(e) => return error_response_as(&e, format),
+        };
+        let caller = impersonated.as_ref().unwrap_or(caller);
         let info = authz::RequestInfo::of(req.method(), &path, &query);
         let selector = query.get("fieldSelector").unwrap_or_default();
         if let Err(e) = self.authz.authorize(caller, &info.attributes(), selector) {
@@ -246,6 +252,21 @@ impl Api {
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
+            (Method::POST, s) if authz::reviews::review_of(s).is_some() => {
+                let (plural, ns) = authz::reviews::review_of(s).unwrap_or_default();
+                let ct = req
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let body = if ct.starts_with(protobuf::MEDIA_TYPE) && plural != "selfsubjectreviews" {
+                    authz::reviews::decode_protobuf_review(plural, req.body())
+                } else {
+                    parse_object_body(ct, req.body())
+                };
+                body.and_then(|body| authz::reviews::answer(&self.authz, caller, plural, ns, body))
+                    .map(|v| json_response(201, &v))
+            }
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.

@@ -270,3 +270,308 @@ async fn bootstrap_policy_aggregation_and_names() {
     let (_, basic) = f.get(uri).await;
     assert_eq!(basic["rules"].as_array().map(Vec::len), Some(2), "{basic}");
 }
+
+#[tokio::test]
+async fn nodes_write_only_their_own_node_and_read_only_what_their_pods_use() {
+    let f = fixture().await;
+    let n1 = who("system:node:n1", &["system:nodes", "system:authenticated"]);
+    let node =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}).to_string();
+    assert_eq!(
+        f.as_user(&n1, Method::POST, "/api/v1/nodes", &node("n1")).await.0,
+        201
+    );
+    let (code, st) = f.as_user(&n1, Method::POST, "/api/v1/nodes", &node("n2")).await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        st["message"],
+        "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""
+    );
+    assert_eq!(
+        f.post("/api/v1/nodes", serde_json::from_str(&node("n2")).expect("json"))
+            .await
+            .0,
+        201
+    );
+    let patch = |labels: Value| json!({"metadata": {"labels": labels}}).to_string();
+    let merge = "application/merge-patch+json";
+    let (code, st) = f
+        .call_as(
+            Some(&n1),
+            Method::PATCH,
+            "/api/v1/nodes/n2",
+            merge,
+            &patch(json!({"x": "y"})),
+            "application/json",
+        )
+        .await;
+    assert_eq!(
+        (code, st["message"].as_str()),
+        (
+            403,
+            Some("nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\"")
+        )
+    );
+    let (code, st) = f
+        .call_as(
+            Some(&n1),
+            Method::PATCH,
+            "/api/v1/nodes/n1",
+            merge,
+            &patch(json!({"node-restriction.kubernetes.io/role": "db"})),
+            "application/json",
+        )
+        .await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify labels: node-restriction.kubernetes.io/role"
+    );
+    let (code, _) = f
+        .call_as(
+            Some(&n1),
+            Method::PATCH,
+            "/api/v1/nodes/n1",
+            merge,
+            &patch(json!({"team": "a"})),
+            "application/json",
+        )
+        .await;
+    assert_eq!(code, 200, "its own ordinary labels");
+    // Secrets: only those of pods bound to the node.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls"}, "data": {}});
+    assert_eq!(f.post("/api/v1/namespaces/default/secrets", secret).await.0, 201);
+    let (code, st) = f
+        .as_user(&n1, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
+        .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        st["message"],
+        "secrets \"tls\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "tls", "secret": {"secretName": "tls"}}]}});
+    assert_eq!(f.post("/api/v1/namespaces/default/pods", pod).await.0, 201);
+    assert_eq!(
+        f.as_user(&n1, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
+            .await
+            .0,
+        200
+    );
+    let n2 = who("system:node:n2", &["system:nodes"]);
+    assert_eq!(
+        f.as_user(&n2, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(f.as_user(&n1, Method::GET, "/api/v1/pods", "").await.0, 403);
+    assert_eq!(
+        f.as_user(
+            &n1,
+            Method::GET,
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1",
+            ""
+        )
+        .await
+        .0,
+        200
+    );
+    // Pod status: only for its own pods.
+    let status = json!({"status": {"phase": "Running"}}).to_string();
+    let uri = "/api/v1/namespaces/default/pods/web/status";
+    assert_eq!(
+        f.call_as(Some(&n2), Method::PATCH, uri, merge, &status, "application/json")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        f.call_as(Some(&n1), Method::PATCH, uri, merge, &status, "application/json")
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn impersonation_and_access_reviews() {
+    let f = fixture().await;
+    let robot = who("system:serviceaccount:default:robot", &["system:serviceaccounts"]);
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri("/api/v1/namespaces/default/pods")
+        .header("impersonate-user", "bob")
+        .body(Bytes::new())
+        .expect("request");
+    let resp = f.api.handle(Some(&robot), req).await;
+    assert_eq!(resp.status(), 403);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let st: Value = serde_json::from_slice(&body).expect("status");
+    assert_eq!(
+        st["message"],
+        "users \"bob\" is forbidden: User \"system:serviceaccount:default:robot\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+    );
+    let sar = |user: &str, verb: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": {"namespace": "default", "verb": verb, "resource": "pods"}}})
+    };
+    let (code, out) = f
+        .post(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar("robot", "list"),
+        )
+        .await;
+    assert_eq!((code, &out["status"]["allowed"]), (201, &json!(false)));
+    let (code, out) = f
+        .post(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            json!({"spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}}}),
+        )
+        .await;
+    assert_eq!((code, &out["status"]["allowed"]), (201, &json!(true)));
+    // Any authenticated caller may review itself, but not others.
+    assert_eq!(
+        f.as_user(
+            &robot,
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            "{}"
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        f.as_user(
+            &robot,
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &sar("bob", "list").to_string()
+        )
+        .await
+        .0,
+        403
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_token_secrets_authenticate_until_they_expire() {
+    let f = fixture().await;
+    let token = "abc123.0123456789abcdef";
+    f.api.ensure_bootstrap_token(token).await.expect("token secret");
+    let holder = f
+        .api
+        .authenticate_bootstrap_token(token)
+        .await
+        .expect("authenticates");
+    assert_eq!(holder.user, "system:bootstrap:abc123");
+    assert_eq!(
+        holder.groups,
+        vec!["system:bootstrappers", "system:authenticated"]
+    );
+    assert!(
+        f.api
+            .authenticate_bootstrap_token("abc123.0123456789abcdee")
+            .await
+            .is_none()
+    );
+    assert!(
+        f.api
+            .authenticate_bootstrap_token("zzz999.0123456789abcdef")
+            .await
+            .is_none()
+    );
+    let expired = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bootstrap-token-old123"}, "type": "bootstrap.kubernetes.io/token",
+        "data": {"token-id": object::b64("old123"), "token-secret": object::b64("0123456789abcdef"),
+                 "usage-bootstrap-authentication": object::b64("true"),
+                 "expiration": object::b64("2020-01-01T00:00:00Z")}});
+    assert_eq!(
+        f.post("/api/v1/namespaces/kube-system/secrets", expired).await.0,
+        201
+    );
+    assert!(
+        f.api
+            .authenticate_bootstrap_token("old123.0123456789abcdef")
+            .await
+            .is_none(),
+        "an expired token fails"
+    );
+    // The holder creates and reads CSRs, and nothing else.
+    let secrets = "/api/v1/namespaces/kube-system/secrets";
+    assert_eq!(f.as_user(&holder, Method::GET, secrets, "").await.0, 403);
+    let token_req = "/api/v1/namespaces/kube-system/serviceaccounts/default/token";
+    assert_eq!(f.as_user(&holder, Method::POST, token_req, "{}").await.0, 403);
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    assert_eq!(f.as_user(&holder, Method::GET, csrs, "").await.0, 200);
+    assert_eq!(f.as_user(&holder, Method::GET, "/api/v1/nodes", "").await.0, 403);
+}
+
+#[tokio::test]
+async fn pods_get_a_projected_token_volume_and_bound_tokens_end_with_the_pod() {
+    let f = fixture().await;
+    let (code, created) = f.post("/api/v1/namespaces/default/pods", pod("web")).await;
+    assert_eq!(code, 201);
+    let volume = &created["spec"]["volumes"][0];
+    let name = volume["name"].as_str().unwrap_or_default().to_string();
+    assert!(
+        name.starts_with("kube-api-access-") && name.len() == 21,
+        "{volume}"
+    );
+    assert_eq!(
+        volume["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+        3607
+    );
+    assert_eq!(
+        volume["projected"]["sources"][1]["configMap"]["name"],
+        "kube-root-ca.crt"
+    );
+    assert_eq!(
+        created["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
+    let mut opted_out = pod("quiet");
+    opted_out["spec"]["automountServiceAccountToken"] = json!(false);
+    let (_, created) = f.post("/api/v1/namespaces/default/pods", opted_out).await;
+    assert!(created["spec"]["volumes"].is_null(), "{created}");
+    // A token bound to the pod authenticates while the pod exists.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = crate::pki::Pki::load_or_create(dir.path(), &["localhost".to_string()]).expect("pki");
+    let api = f.api.clone().with_signer(Arc::new(pki));
+    let (_, web) = f.get("/api/v1/namespaces/default/pods/web").await;
+    let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": web["metadata"]["uid"]}}});
+    let uri = "/api/v1/namespaces/default/serviceaccounts/default/token";
+    let resp = api
+        .handle(
+            Some(&admin()),
+            Request::builder()
+                .method(Method::POST)
+                .uri(uri)
+                .header("content-type", "application/json")
+                .body(Bytes::from(req.to_string()))
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(resp.status(), 201);
+    let body: Value =
+        serde_json::from_slice(&resp.into_body().collect().await.expect("body").to_bytes()).expect("json");
+    let token = body["status"]["token"].as_str().unwrap_or_default().to_string();
+    let who = api
+        .authenticate_token(&token)
+        .await
+        .expect("bound token authenticates");
+    assert_eq!(who.user, "system:serviceaccount:default:default");
+    assert_eq!(
+        f.call(Method::DELETE, "/api/v1/namespaces/default/pods/web", "", "")
+            .await
+            .0,
+        200
+    );
+    assert!(
+        api.authenticate_token(&token).await.is_none(),
+        "the pod is gone, so is the token"
+    );
+}
