@@ -215,7 +215,7 @@ pub(crate) fn node_restriction(
     sub: Option<&str>,
     w: node::Write<'_>,
 ) -> Result<(), ApiError> {
-    if !res.group.is_empty() {
+    if !res.group.is_empty() && res.group != "coordination.k8s.io" {
         return Ok(());
     }
     CALLER
@@ -290,16 +290,10 @@ impl Authz {
 
     /// Takes in one store change (writes of this server as they are made, and the watch).
     pub(crate) fn observe(&self, ev: &Event) {
-        let value = (ev.kind == EventKind::Put).then_some(ev.kv.value.as_slice());
-        if ev.kv.key.starts_with(node::PODS_PREFIX) {
-            if let Ok(mut g) = self.graph.write() {
-                g.apply(&ev.kv.key, value, ev.kv.mod_revision);
-            }
-            return;
-        }
         if !ev.kv.key.starts_with(rbac::PREFIX) {
             return;
         }
+        let value = (ev.kind == EventKind::Put).then_some(ev.kv.value.as_slice());
         let changed = match self.index.write() {
             Ok(mut ix) => ix.apply(&ev.kv.key, value, ev.kv.mod_revision),
             Err(_) => false,
@@ -309,19 +303,38 @@ impl Authz {
         }
     }
 
+    /// Takes in one pod change of the store's watch (the node graph has this one ordered
+    /// source: a pod write is in the graph as soon as the watch delivers it).
+    fn observe_pod(&self, ev: &Event) {
+        let value = (ev.kind == EventKind::Put).then_some(ev.kv.value.as_slice());
+        if let Ok(mut g) = self.graph.write() {
+            g.apply(&ev.kv.key, value);
+        }
+    }
+
     /// Loads every object under `prefix` (RBAC objects, or pods for the node graph) from
     /// `store`; returns the revision read at.
     pub(crate) async fn load(&self, store: &dyn Store, prefix: &str) -> crate::storage::Result<i64> {
-        let page = store.list(prefix, None, 0).await?;
         if prefix == node::PODS_PREFIX {
+            // A page at a time at one revision: a large cluster's pods are not all held at once.
+            let mut page = store.list(prefix, None, 1000).await?;
+            let rev = page.revision;
             if let Ok(mut g) = self.graph.write() {
                 g.clear();
-                for kv in &page.items {
-                    g.apply(&kv.key, Some(&kv.value), kv.mod_revision);
-                }
             }
-            return Ok(page.revision);
+            loop {
+                if let Ok(mut g) = self.graph.write() {
+                    for kv in &page.items {
+                        g.apply(&kv.key, Some(&kv.value));
+                    }
+                }
+                let Some(last) = page.items.last().map(|kv| kv.key.clone()).filter(|_| page.more) else {
+                    return Ok(rev);
+                };
+                page = store.list_at(prefix, Some(&last), 1000, rev).await?;
+            }
         }
+        let page = store.list(prefix, None, 0).await?;
         if let Ok(mut ix) = self.index.write() {
             *ix = rbac::Index::default();
             for kv in &page.items {
@@ -341,7 +354,11 @@ impl Authz {
                     match w.next().await {
                         Ok(ev) => {
                             rev = rev.max(ev.kv.mod_revision);
-                            self.observe(&ev);
+                            if prefix == node::PODS_PREFIX {
+                                self.observe_pod(&ev);
+                            } else {
+                                self.observe(&ev);
+                            }
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, prefix, "authorization watch ended");

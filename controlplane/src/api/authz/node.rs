@@ -80,28 +80,50 @@ fn pod_refs(pod: &Value) -> Option<PodRefs> {
     })
 }
 
-/// Pods bound to nodes and the objects they reference.
+/// Just enough of a pod to tell whether it is bound (most stored pods of a large cluster are
+/// read only this far).
+#[derive(Debug, Default, serde::Deserialize)]
+struct Bound {
+    #[serde(default)]
+    spec: BoundSpec,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct BoundSpec {
+    #[serde(default, rename = "nodeName")]
+    node_name: Option<String>,
+}
+
+/// The references of a stored pod (None: not bound to a node, or not a pod).
+fn refs_of(value: &[u8]) -> Option<PodRefs> {
+    let bound: Bound = serde_json::from_slice(value).ok()?;
+    bound.spec.node_name.filter(|n| !n.is_empty())?;
+    pod_refs(&serde_json::from_slice::<Value>(value).ok()?)
+}
+
+/// Pods bound to nodes and the objects they reference. Fed by one ordered source (the store's
+/// list and watch), so only bound pods are kept.
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
-    pods: HashMap<String, (i64, Option<PodRefs>)>,
+    pods: HashMap<String, PodRefs>,
     /// (kind, namespace, name) → node → number of its pods referencing it.
     edges: HashMap<(&'static str, String, String), HashMap<String, u32>>,
 }
 
 impl Graph {
-    /// Applies one stored pod (`value` None: deleted) at `rev`.
-    pub(crate) fn apply(&mut self, key: &str, value: Option<&[u8]>, rev: i64) {
-        if self.pods.get(key).is_some_and(|(seen, _)| *seen >= rev) {
-            return;
-        }
-        let refs = value
-            .and_then(|v| serde_json::from_slice::<Value>(v).ok())
-            .and_then(|p| pod_refs(&p));
-        let old = self.pods.insert(key.to_string(), (rev, refs.clone()));
-        if let Some((_, Some(old))) = old {
-            if Some(&old) == refs.as_ref() {
-                return;
+    /// Applies one stored pod (`value` None: deleted), in store order.
+    pub(crate) fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        let refs = value.and_then(refs_of);
+        let old = match &refs {
+            Some(r) => {
+                if self.pods.get(key) == Some(r) {
+                    return;
+                }
+                self.pods.insert(key.to_string(), r.clone())
             }
+            None => self.pods.remove(key),
+        };
+        if let Some(old) = old {
             for (kind, name) in &old.refs {
                 let id = (*kind, old.namespace.clone(), name.clone());
                 if let Some(nodes) = self.edges.get_mut(&id) {
@@ -357,6 +379,22 @@ pub(crate) fn admit(node: &str, resource: &str, sub: Option<&str>, w: Write<'_>)
                 ))
             }
         }
+        // The Node authorizer checks the name of every lease request but a create's (the name
+        // is in the body): a node creates only its own Lease.
+        "leases" => match w {
+            Write::Create(l) if name_of(l) != node => Err(ApiError {
+                code: 403,
+                reason: "Forbidden",
+                message: format!(
+                    "leases.coordination.k8s.io {:?} is forbidden: can only access node lease with the same name as the requesting node",
+                    name_of(l)
+                ),
+                details: Some(
+                    serde_json::json!({"name": name_of(l), "group": "coordination.k8s.io", "kind": "leases"}),
+                ),
+            }),
+            _ => Ok(()),
+        },
         _ => Ok(()),
     }
 }
@@ -403,7 +441,6 @@ mod tests {
         g.apply(
             "/registry/core/pods/default/web",
             Some(&serde_json::to_vec(&pod).expect("json")),
-            5,
         );
         let get_secret = |name| attrs("get", "", "secrets", "", "default", name);
         assert_eq!(authorize(&g, "n1", &get_secret("tls"), ""), Some(Ok(())));
@@ -431,7 +468,7 @@ mod tests {
         assert_eq!(authorize(&g, "n1", &token, ""), Some(Ok(())));
         assert!(authorize(&g, "n2", &token, "").is_some_and(|d| d.is_err()));
         // The pod leaves: so does the node's access.
-        g.apply("/registry/core/pods/default/web", None, 6);
+        g.apply("/registry/core/pods/default/web", None);
         assert!(authorize(&g, "n1", &get_secret("tls"), "").is_some_and(|d| d.is_err()));
         let pods = attrs("list", "", "pods", "", "", "");
         assert_eq!(authorize(&g, "n1", &pods, "spec.nodeName=n1"), Some(Ok(())));
@@ -527,5 +564,8 @@ mod tests {
         );
         assert!(admit("n1", "pods", None, Write::Delete(&pod("n2"))).is_err());
         assert!(admit("n1", "pods", None, Write::Create(&pod("n1"))).is_err());
+        let lease = |name: &str| json!({"metadata": {"name": name, "namespace": "kube-node-lease"}});
+        assert!(admit("n1", "leases", None, Write::Create(&lease("n1"))).is_ok());
+        assert!(admit("n1", "leases", None, Write::Create(&lease("n2"))).is_err());
     }
 }

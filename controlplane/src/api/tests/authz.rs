@@ -353,12 +353,19 @@ async fn nodes_write_only_their_own_node_and_read_only_what_their_pods_use() {
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
                  "volumes": [{"name": "tls", "secret": {"secretName": "tls"}}]}});
     assert_eq!(f.post("/api/v1/namespaces/default/pods", pod).await.0, 201);
-    assert_eq!(
-        f.as_user(&n1, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
+    // The node graph follows the store's watch: the pod's edge appears within moments.
+    let mut code = 0;
+    for _ in 0..100 {
+        code = f
+            .as_user(&n1, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
             .await
-            .0,
-        200
-    );
+            .0;
+        if code == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(code, 200, "a secret of the node's pod");
     let n2 = who("system:node:n2", &["system:nodes"]);
     assert_eq!(
         f.as_user(&n2, Method::GET, "/api/v1/namespaces/default/secrets/tls", "")
