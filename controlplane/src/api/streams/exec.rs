@@ -31,9 +31,12 @@ impl Api {
         caller: Option<&Caller>,
         req: &mut hyper::Request<hyper::body::Incoming>,
     ) -> Result<Response<Body>, ApiError> {
-        if caller.is_none() {
+        let Some(real) = caller else {
             return Err(ApiError::unauthorized());
-        }
+        };
+        // `kubectl exec --as=...`: the upgrade acts as the impersonated user, as other requests.
+        let impersonated = crate::api::authz::reviews::impersonate(&self.authz, real, req.headers())?;
+        let caller = Some(impersonated.as_ref().unwrap_or(real));
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let t = parse_target(&segs)?;
