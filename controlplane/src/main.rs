@@ -314,6 +314,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     api.bootstrap()
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+    api.start_authorization()
+        .await
+        .map_err(|e| anyhow::anyhow!("authorization: {e}"))?;
+    // The node bootstrap token of DIR/pki/bootstrap.token authenticates through its Secret
+    // (RBAC lets `system:bootstrappers` only create and read CSRs).
+    api.ensure_bootstrap_token(&pki.bootstrap_token)
+        .await
+        .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -325,15 +333,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Caller {
             user: "admin".into(),
             groups: vec!["system:masters".into()],
-        },
-    );
-    // The node bootstrap token: it may only ask for a kubelet client certificate (enforced by
-    // the CSR signer; RBAC is not enforced yet).
-    tokens.insert(
-        pki.bootstrap_token.clone(),
-        Caller {
-            user: format!("system:bootstrap:{}", pki.bootstrap_token_id()),
-            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
         },
     );
     if !args.no_scheduler {

@@ -29,6 +29,8 @@ pub enum PkiError {
     BadCsr(rcgen::Error),
     #[error("subject must be CN=system:node:<name>, O=system:nodes (got CN={cn:?}, O={org:?})")]
     NotANodeSubject { cn: String, org: String },
+    #[error("node {requester:?} may only renew its own certificate, not one for {cn:?}")]
+    OtherNode { cn: String, requester: String },
     #[error("signing with the service-account key: {0}")]
     Sign(String),
 }
@@ -214,6 +216,12 @@ impl Pki {
     /// Signs a node's client CSR (PEM): the subject must be `CN=system:node:<name>`,
     /// `O=system:nodes`. Returns the certificate PEM (client auth, issued by the cluster CA).
     pub fn sign_node_csr(&self, csr_pem: &str) -> Result<String, PkiError> {
+        self.sign_node_csr_for(csr_pem, None)
+    }
+
+    /// [`Self::sign_node_csr`], for a CSR a node posted itself (`requester`, the node's name):
+    /// it may only be for that same node (a renewal).
+    pub fn sign_node_csr_for(&self, csr_pem: &str, requester: Option<&str>) -> Result<String, PkiError> {
         let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
         let dn = &csr.params.distinguished_name;
         let text = |t: &DnType| match dn.get(t) {
@@ -227,6 +235,14 @@ impl Pki {
         let node = cn.strip_prefix("system:node:").unwrap_or_default();
         if node.is_empty() || org != "system:nodes" {
             return Err(PkiError::NotANodeSubject { cn, org });
+        }
+        if let Some(r) = requester
+            && r != node
+        {
+            return Err(PkiError::OtherNode {
+                cn,
+                requester: r.to_string(),
+            });
         }
         csr.params.is_ca = IsCa::NoCa;
         csr.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -447,5 +463,11 @@ mod tests {
         assert_eq!(eku, Some(true));
         assert!(pki.sign_node_csr(&csr("admin", "system:masters")).is_err());
         assert!(pki.sign_node_csr("not a csr").is_err());
+        let n1 = csr("system:node:n1", "system:nodes");
+        assert!(pki.sign_node_csr_for(&n1, Some("n1")).is_ok());
+        assert!(matches!(
+            pki.sign_node_csr_for(&n1, Some("n2")),
+            Err(PkiError::OtherNode { .. })
+        ));
     }
 }

@@ -1,6 +1,6 @@
 //! The API server's HTTPS front: the shared server loop of `transport::server` (TLS 1.2/1.3,
 //! timeouts, connection cap) with client certificates verified against the cluster CA, bearer
-//! tokens (static tokens, then service-account JWTs), and each request handed to [`Api::handle`]
+//! tokens (static tokens, service-account JWTs, then bootstrap-token Secrets), and each request handed to [`Api::handle`]
 //! (or [`Api::upgrade`] for streams).
 
 use std::collections::HashMap;
@@ -74,5 +74,5 @@ async fn bearer_caller(api: &Api, tokens: &Tokens, req: &hyper::Request<Incoming
     if presented.matches('.').count() == 2 {
         return api.authenticate_token(presented).await;
     }
-    None
+    api.authenticate_bootstrap_token(presented).await
 }

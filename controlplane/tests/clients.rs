@@ -18,13 +18,17 @@ use transport::kubeapi::{self, Credentials};
 async fn api(dir: &std::path::Path) -> Api {
     let api = Api::new(Arc::new(open_default(dir).expect("store")), "CA".into());
     api.bootstrap().await.expect("bootstrap");
+    api.start_authorization().await.expect("authorization");
     api
 }
 
+/// The caller of the in-process client: these tests are about the transport and admission, not
+/// authorization, so it is in `system:masters` (the component name still names the field
+/// manager).
 fn scheduler() -> Caller {
     Caller {
         user: "system:kube-scheduler".into(),
-        groups: vec!["system:authenticated".into()],
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
     }
 }
 
@@ -70,7 +74,13 @@ async fn kube_client_goes_through_admission_as_its_component() {
     let created = csrs.create(&PostParams::default(), &csr).await;
     let spec = created.expect("create csr").spec;
     assert_eq!(spec.username.as_deref(), Some("system:kube-scheduler"));
-    assert_eq!(spec.groups, Some(vec!["system:authenticated".to_string()]));
+    assert_eq!(
+        spec.groups,
+        Some(vec![
+            "system:masters".to_string(),
+            "system:authenticated".to_string()
+        ])
+    );
 }
 
 #[tokio::test]

@@ -813,8 +813,15 @@ fn service_account_tokens() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // The token authenticates; without a binding its account may list nothing (the exact
+    // upstream denial).
     let (ok, err) = as_token(&token);
-    assert!(ok, "the token authenticates: {err}");
+    assert!(
+        !ok && err.contains(
+            "Error from server (Forbidden): namespaces is forbidden: User \"system:serviceaccount:default:robot\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope"
+        ),
+        "the token authenticates: {err}"
+    );
     let mut forged = token.clone();
     let last = forged.pop().expect("char");
     forged.push(if last == 'A' { 'B' } else { 'A' });
@@ -936,18 +943,20 @@ fn bearer_tokens_and_unknown_clients() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let run = |name: &str, token: &str| {
+    let run_args = |name: &str, token: &str, args: &[&str]| {
         let path = s.path().join(name);
         std::fs::write(&path, with_token(token)).expect("write");
         Command::new("kubectl")
             .env("KUBECONFIG", &path)
             .arg("--cache-dir")
             .arg(s.path().join(format!("cache-{name}")))
-            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"])
+            .args(args)
+            .arg("--request-timeout=10s")
             .stdin(Stdio::null())
             .output()
             .expect("kubectl")
     };
+    let run = |name: &str, token: &str| run_args(name, token, &["get", "namespaces", "-o", "name"]);
     let admin_token = std::fs::read_to_string(s.path().join("pki/admin.token")).expect("token");
     let good = run("good.kubeconfig", admin_token.trim());
     assert!(good.status.success(), "{}", String::from_utf8_lossy(&good.stderr));
@@ -959,6 +968,31 @@ fn bearer_tokens_and_unknown_clients() {
         err.contains("must be logged in") || err.contains("Unauthorized"),
         "{err}"
     );
+    // The node bootstrap token (a Secret in kube-system) may create and read CSRs, no more.
+    let boot = std::fs::read_to_string(s.path().join("pki/bootstrap.token")).expect("bootstrap token");
+    let boot = boot.trim();
+    let id = boot.split('.').next().unwrap_or_default();
+    let out = run_args("boot.kubeconfig", boot, &["get", "secrets", "-n", "kube-system"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(&format!(
+                "secrets is forbidden: User \"system:bootstrap:{id}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\""
+            )),
+        "{err}"
+    );
+    let out = run_args(
+        "boot.kubeconfig",
+        boot,
+        &["create", "token", "default", "-n", "kube-system"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot create resource \"serviceaccounts/token\""),
+        "{err}"
+    );
+    let out = run_args("boot.kubeconfig", boot, &["get", "csr"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The official Python client (`kubernetes` from PyPI, in the venv `./build.sh setup` makes):
@@ -1047,4 +1081,93 @@ fn two_api_servers_on_one_etcd() {
         a.apply(&["create", "-f", "-"], &POD.replace("name: solo", "name: from-a"));
     });
     assert_eq!(lines, vec!["pod/solo", "pod/from-a"]);
+}
+
+/// RBAC through the real kubectl: `auth whoami`, `auth can-i` (with `--as` and `--list`, the
+/// seeds' CoreDNS answers), a namespace admin who may grant only what they hold, and
+/// impersonation.
+#[test]
+fn rbac_can_i_whoami_and_escalation() {
+    let s = start();
+    let who = s.ok(&["auth", "whoami"]);
+    assert!(who.contains("Username    admin"), "{who}");
+    assert!(who.contains("[system:masters system:authenticated]"), "{who}");
+    assert_eq!(s.ok(&["auth", "can-i", "list", "pods"]).trim(), "yes");
+    let coredns = "--as=system:serviceaccount:kube-system:coredns";
+    let (ok, out, _) = s.kubectl(&["auth", "can-i", "get", "secrets", "-n", "kube-system", coredns]);
+    assert!(!ok && out.trim() == "no", "{out}");
+    let list = s.ok(&["auth", "can-i", "--list", coredns]);
+    assert!(list.starts_with("Resources"), "{list}");
+    for row in ["endpoints", "pods", "services", "endpointslices.discovery.k8s.io"] {
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(&format!("{row} ")) && l.trim_end().ends_with("[list watch]")),
+            "{row} in:\n{list}"
+        );
+    }
+    let crb = s.ok(&[
+        "get",
+        "clusterrolebinding",
+        "system:coredns",
+        "-o",
+        "jsonpath={.roleRef.name} {.subjects}",
+    ]);
+    assert_eq!(
+        crb,
+        "system:coredns [{\"kind\":\"ServiceAccount\",\"name\":\"coredns\",\"namespace\":\"kube-system\"}]"
+    );
+    // A namespace admin grants what they hold, and nothing else.
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "dev-admin",
+        "--clusterrole=admin",
+        "--user=dev",
+    ]);
+    assert_eq!(
+        s.ok(&["auth", "can-i", "create", "roles", "--as=dev"]).trim(),
+        "yes"
+    );
+    s.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get",
+        "--resource=pods",
+        "--as=dev",
+    ]);
+    let (ok, _, err) = s.kubectl(&[
+        "create",
+        "role",
+        "node-lister",
+        "--verb=list",
+        "--resource=nodes",
+        "--as=dev",
+    ]);
+    assert!(!ok, "escalation refused");
+    assert!(
+        err.contains(
+            "roles.rbac.authorization.k8s.io \"node-lister\" is forbidden: user \"dev\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"nodes\"], Verbs:[\"list\"]}"
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = s.kubectl(&[
+        "create",
+        "rolebinding",
+        "steal",
+        "--clusterrole=cluster-admin",
+        "--user=dev",
+        "--as=dev",
+    ]);
+    assert!(
+        !ok && err.contains("is attempting to grant RBAC permissions not currently held"),
+        "{err}"
+    );
+    let (ok, _, err) = s.kubectl(&["get", "pods", "-n", "kube-system", "--as=dev"]);
+    assert!(
+        !ok && err.contains(
+            "pods is forbidden: User \"dev\" cannot list resource \"pods\" in API group \"\" in the namespace \"kube-system\""
+        ),
+        "{err}"
+    );
 }

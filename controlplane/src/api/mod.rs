@@ -16,6 +16,7 @@
 //!   (served resources) and `status` (`ApiError`).
 
 mod admission;
+pub(crate) mod authz;
 pub mod object;
 pub mod output;
 pub mod protobuf;
@@ -35,6 +36,7 @@ use http::{HeaderValue, Method, Request, Response, header};
 use tracing::Instrument;
 use tracing::field::{Empty, display};
 
+pub use authz::decisions_per_second as authorizer_decisions_per_second;
 pub use output::{Body, Format, error_response, error_response_as, full};
 pub use request::Caller;
 pub use request::body::{MAX_BODY, collect_body};
@@ -60,6 +62,8 @@ pub struct Api {
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
     /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
     pub(crate) agent_client: OnceLock<Result<streams::AgentClient, Arc<streams::AgentTlsError>>>,
+    /// The authorizer chain and its RBAC index (fed by every write through `store`).
+    pub(crate) authz: Arc<authz::Authz>,
 }
 
 impl std::fmt::Debug for Api {
@@ -71,8 +75,14 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// An API over `store`, publishing `ca_pem` as `kube-root-ca.crt`.
     pub fn new(store: Arc<dyn Store>, ca_pem: String) -> Self {
+        let authz = Arc::new(authz::Authz::default());
+        let store = Arc::new(authz::ObservedStore {
+            inner: store,
+            authz: authz.clone(),
+        });
         Self {
             store,
+            authz,
             ca_pem,
             watch_cache: Arc::default(),
             pki: None,
@@ -213,8 +223,19 @@ impl Api {
         if req.method() == Method::GET && matches!(segs.as_slice(), ["healthz" | "livez" | "readyz", ..]) {
             return text_response(200, "ok");
         }
-        if caller.is_none() {
+        let Some(caller) = caller else {
             return error_response_as(&ApiError::unauthorized(), format);
+        };
+        let impersonated = match authz::reviews::impersonate(&self.authz, caller, req.headers()) {
+            Ok(c) => c,
+            Err(e) => return error_response_as(&e, format),
+        };
+        let caller = impersonated.as_ref().unwrap_or(caller);
+        let info = authz::RequestInfo::of(req.method(), &path, &query);
+        let selector = query.get("fieldSelector").unwrap_or_default();
+        if let Err(e) = self.authz.authorize(caller, &info.attributes(), selector) {
+            tracing::debug!(user = %caller.user, reason = %e.message, "forbidden");
+            return error_response_as(&e, format);
         }
         let result = match (req.method().clone(), segs.as_slice()) {
             (Method::GET, ["version"]) => Ok(json_response(200, &discovery::version())),
@@ -234,11 +255,30 @@ impl Api {
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
+            (Method::POST, s) if authz::reviews::review_of(s).is_some() => {
+                let (plural, ns) = authz::reviews::review_of(s).unwrap_or_default();
+                let ct = req
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let body = if ct.starts_with(protobuf::MEDIA_TYPE) && plural != "selfsubjectreviews" {
+                    authz::reviews::decode_protobuf_review(plural, req.body())
+                } else {
+                    parse_object_body(ct, req.body())
+                };
+                body.and_then(|body| authz::reviews::answer(&self.authz, caller, plural, ns, body))
+                    .map(|v| json_response(201, &v))
+            }
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.
-                    let (result, raised) =
-                        warnings::collect(self.dispatch(req, t, query, caller, format)).await;
+                    let (result, raised) = authz::CALLER
+                        .scope(
+                            caller.clone(),
+                            warnings::collect(self.dispatch(req, t, query, Some(caller), format)),
+                        )
+                        .await;
                     result.map(|mut resp| {
                         warnings::attach(&mut resp, raised);
                         resp
@@ -322,7 +362,7 @@ impl Api {
             (Method::GET, true, None | Some("status")) => self.get(&t, want).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
-                self.pod_log(&t, &query, caller).await
+                self.pod_log(&t, &query).await
             }
             (Method::POST, false, None) => {
                 let obj = parse_object_body(&ct, &body)?;

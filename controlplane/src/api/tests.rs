@@ -38,6 +38,7 @@ async fn fixture() -> Fixture {
         };
     let api = Api::new(store, "CA-PEM".into());
     api.bootstrap().await.expect("bootstrap");
+    api.start_authorization().await.expect("authorization");
     Fixture {
         api,
         _etcd: etcd,
@@ -995,6 +996,7 @@ async fn eviction_respects_disruption_budgets() {
     );
 }
 
+mod authz;
 mod lists;
 mod protobuf;
 mod resources;

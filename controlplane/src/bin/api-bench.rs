@@ -3,7 +3,8 @@
 //!   group commit, no HTTP),
 //! - etcd 3.4 (Debian's etcd-server, on loopback) doing the same puts through its v3 JSON gateway,
 //! - our API server (a `controlplane serve` process): create, get, list throughput and latency
-//!   with 64 concurrent clients; watch delivery latency with 1,000 watchers; RSS idle and with
+//!   with 64 concurrent clients (creates also as a user RBAC authorizes through one of 100
+//!   RoleBindings, and the authorizer's in-process decisions/s); watch delivery latency with 1,000 watchers; RSS idle and with
 //!   10,000 pods stored;
 //! - a full list (no `limit`) of 150,000 pods from a second server (`--no-scheduler`, its store
 //!   filled before it starts with copies of a pod the first server created): time to the last
@@ -73,6 +74,8 @@ struct Target {
     client: HttpClient<Full<Bytes>>,
     /// The `Accept` header of every request.
     accept: &'static str,
+    /// An `Impersonate-User` header (the admin client acting as a user RBAC authorizes).
+    impersonate: Option<&'static str>,
 }
 
 /// What client-go sends with the protobuf content type.
@@ -87,7 +90,16 @@ impl Target {
             base: format!("https://{addr}"),
             client: transport::client::http_client(Some(Arc::new(tls)))?,
             accept: "application/json",
+            impersonate: None,
         })
+    }
+
+    /// The same server, acting as `user`.
+    fn impersonating(&self, user: &'static str) -> Self {
+        Self {
+            impersonate: Some(user),
+            ..self.clone()
+        }
     }
 
     /// The same server, asked for protobuf answers.
@@ -99,7 +111,11 @@ impl Target {
     }
 
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<hyper::Request<Full<Bytes>>> {
-        Ok(hyper::Request::builder()
+        let mut req = hyper::Request::builder();
+        if let Some(user) = self.impersonate {
+            req = req.header("impersonate-user", user);
+        }
+        Ok(req
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json")
@@ -187,6 +203,7 @@ async fn etcd_puts(dir: &Path, total: usize) -> Result<Value> {
         base: etcd.endpoint.trim_end_matches('/').to_string(),
         client: transport::client::http_client(None)?,
         accept: "application/json",
+        impersonate: None,
     };
     let t0 = Instant::now();
     loop {
@@ -454,6 +471,29 @@ fn main() -> Result<()> {
             ("POST", "/api/v1/namespaces/bench/pods".to_string(), Some(pod(&format!("p-{c}-{i}"))))
         })
         .await?;
+        // The same creates by a user RBAC authorizes through a RoleBinding among 10 Roles and
+        // 100 RoleBindings of its namespace (the admin run above is system:masters, which skips
+        // RBAC).
+        eprintln!("api-bench: API creates with RBAC ({writes} pods, 10 Roles, 100 RoleBindings)");
+        target.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": "bench-rbac"}}))).await?;
+        let rbac_base = "/apis/rbac.authorization.k8s.io/v1/namespaces/bench-rbac";
+        for i in 0..10 {
+            let role = json!({"metadata": {"name": format!("role-{i}")},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}]});
+            target.call("POST", &format!("{rbac_base}/roles"), Some(&role)).await?;
+        }
+        for i in 0..100 {
+            let rb = json!({"metadata": {"name": format!("binding-{i}")},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": format!("bench-user-{i}")}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("role-{}", i % 10)}});
+            target.call("POST", &format!("{rbac_base}/rolebindings"), Some(&rb)).await?;
+        }
+        let rbac_creates = load(&target.impersonating("bench-user-99"), per, |c, i| {
+            ("POST", "/api/v1/namespaces/bench-rbac/pods".to_string(), Some(pod(&format!("r-{c}-{i}"))))
+        })
+        .await?;
+        eprintln!("api-bench: authorizer decisions in process");
+        let decisions = controlplane::api::authorizer_decisions_per_second(if quick { 100_000 } else { 1_000_000 });
         eprintln!("api-bench: API gets");
         let gets = load(&target, per, move |c, i| {
             ("GET", format!("/api/v1/namespaces/bench/pods/p-{c}-{}", (i * 7) % per), None)
@@ -469,7 +509,7 @@ fn main() -> Result<()> {
         eprintln!("api-bench: watch delivery (1000 watchers)");
         let watch = watch_latency(&target, 1000, 20).await?;
         // Fill up to `pods` pods for the RSS figure.
-        let stored_already = writes;
+        let stored_already = 2 * writes;
         if pods > stored_already {
             let extra = (pods - stored_already).div_ceil(CLIENTS);
             load(&target, extra, |c, i| ("POST", "/api/v1/namespaces/bench/pods".to_string(), Some(pod(&format!("q-{c}-{i}")))))
@@ -483,12 +523,15 @@ fn main() -> Result<()> {
         drop(server);
         let full = full_list(&server_bin, &tmp.path().join("full"), &template, full_pods).await?;
         let create_rate = creates["ops_per_s"].as_f64().unwrap_or(0.0);
+        let rbac_rate = rbac_creates["ops_per_s"].as_f64().unwrap_or(0.0);
         Ok::<_, anyhow::Error>(json!({
             "benchmark": "api",
             "clients": CLIENTS,
             "store_floor_durable_writes": floor,
             "etcd_3_4_puts": etcd,
             "api_create_pods": creates,
+            "api_create_pods_rbac": rbac_creates,
+            "authorizer_decisions_per_s": decisions.round(),
             "api_get_pods": gets,
             "api_list_pods_limit_100": lists,
             "api_list_pods_limit_100_protobuf": proto_lists,
@@ -498,10 +541,12 @@ fn main() -> Result<()> {
             "ratios": {
                 "create_vs_store_floor": create_rate / floor["ops_per_s"].as_f64().unwrap_or(f64::NAN),
                 "create_vs_etcd_puts": create_rate / etcd["ops_per_s"].as_f64().unwrap_or(f64::NAN),
+                "create_rbac_vs_without": rbac_rate / create_rate,
             },
             "targets": { "list_limit_100_per_s_min": 2000, "full_list_150k_s_max": 2.0,
                          "create_vs_store_floor_min": 0.5, "create_vs_etcd_puts_min": 1.0, "create_p99_ms_max": 50,
-                         "watch_p99_ms_max": 10, "idle_rss_kib_max": 40 * 1024 },
+                         "watch_p99_ms_max": 10, "idle_rss_kib_max": 40 * 1024,
+                         "create_rbac_vs_without_min": 0.9 },
         }))
     })?;
     std::fs::write(&out, serde_json::to_string_pretty(&results)?)?;

@@ -19,11 +19,11 @@ pub(crate) fn admit_csr(pki: Option<&Pki>, csr: &mut Value, caller: Option<&Call
         csr["spec"]["groups"] = json!(c.groups);
     }
     let signer = csr["spec"]["signerName"].as_str().unwrap_or_default();
-    let bootstrapping = caller.is_some_and(|c| {
-        c.groups
-            .iter()
-            .any(|g| g == "system:bootstrappers" || g == "system:nodes")
-    });
+    // A bootstrap-token holder asks for any node's first certificate; a node renews only its
+    // own (upstream's nodeclient and selfnodeclient approvals).
+    let requester = caller.and_then(|c| crate::api::authz::node::node_name(&c.user, &c.groups));
+    let bootstrapping =
+        requester.is_some() || caller.is_some_and(|c| c.groups.iter().any(|g| g == "system:bootstrappers"));
     let Some(pki) = pki.filter(|_| signer == crate::pki::KUBELET_CLIENT_SIGNER && bootstrapping) else {
         return;
     };
@@ -33,7 +33,7 @@ pub(crate) fn admit_csr(pki: Option<&Pki>, csr: &mut Value, caller: Option<&Call
     let now = object::rfc3339(SystemTime::now());
     match pem
         .map(|p| String::from_utf8_lossy(&p).into_owned())
-        .map(|p| pki.sign_node_csr(&p))
+        .map(|p| pki.sign_node_csr_for(&p, requester))
     {
         Some(Ok(cert)) => {
             csr["status"] = json!({

@@ -26,6 +26,7 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
     let name = name_of(obj).to_string();
     let name_err = match (res.group, res.plural) {
         ("", "namespaces") | ("", "services") => object::dns1123_label_error(&name),
+        ("rbac.authorization.k8s.io", _) => object::path_segment_error(&name),
         _ => object::dns1123_subdomain_error(&name),
     };
     if let Some(msg) = name_err {

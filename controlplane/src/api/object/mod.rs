@@ -104,6 +104,21 @@ pub fn dns1123_subdomain_error(name: &str) -> Option<String> {
     })
 }
 
+/// A path segment name (upstream's `IsValidPathSegmentName`, the rule for RBAC objects such
+/// as `system:coredns`): not `.` or `..`, no `/` or `%`.
+pub fn path_segment_error(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("name or generateName is required".into());
+    }
+    if name == "." || name == ".." {
+        return Some(format!("may not be '{name}'"));
+    }
+    ["/", "%"]
+        .into_iter()
+        .find(|bad| name.contains(bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+}
+
 /// DNS-1123 label: at most 63 chars of [a-z0-9-], starting and ending alphanumeric.
 pub fn dns1123_label_error(name: &str) -> Option<String> {
     let ok = !name.is_empty()
@@ -146,5 +161,8 @@ mod tests {
         assert!(dns1123_subdomain_error("Web").is_some());
         assert!(dns1123_label_error("a.b").is_some());
         assert!(dns1123_label_error(&"a".repeat(64)).is_some());
+        assert!(path_segment_error("system:coredns").is_none());
+        assert_eq!(path_segment_error("a/b").as_deref(), Some("may not contain '/'"));
+        assert_eq!(path_segment_error("..").as_deref(), Some("may not be '..'"));
     }
 }

@@ -5,7 +5,7 @@ use http::{Response, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
-use super::{agent_error, agent_send, may_reach_agents, pick_container};
+use super::{agent_error, agent_send, pick_container};
 use crate::api::Api;
 use crate::api::output::{Body, error_response, full};
 use crate::api::request::{Caller, Query, parse_target};
@@ -31,9 +31,12 @@ impl Api {
         caller: Option<&Caller>,
         req: &mut hyper::Request<hyper::body::Incoming>,
     ) -> Result<Response<Body>, ApiError> {
-        if caller.is_none() {
+        let Some(real) = caller else {
             return Err(ApiError::unauthorized());
-        }
+        };
+        // `kubectl exec --as=...`: the upgrade acts as the impersonated user, as other requests.
+        let impersonated = crate::api::authz::reviews::impersonate(&self.authz, real, req.headers())?;
+        let caller = Some(impersonated.as_ref().unwrap_or(real));
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let t = parse_target(&segs)?;
@@ -46,7 +49,7 @@ impl Api {
         let q = Query::parse(req.uri().query());
         let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
-        may_reach_agents(caller, "pods/exec", &name, &ns)?;
+        self.may_exec(caller, &name, &ns)?;
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?.to_string();
         let (node, addr) = self.agent_of(&pod, &name).await?;

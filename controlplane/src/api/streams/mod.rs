@@ -65,29 +65,26 @@ impl Api {
     }
 }
 
-/// Logs and exec run with the API server's `system:masters` client certificate on the node, so
-/// nodes and bootstrapping callers may not ask for them (there is no RBAC yet; this is the part of
-/// it that keeps a node or a bootstrap token from reaching every other workload).
-fn may_reach_agents(caller: Option<&Caller>, resource: &str, name: &str, ns: &str) -> Result<(), ApiError> {
-    let Some(c) = caller else {
-        return Err(ApiError::unauthorized());
-    };
-    if c.groups
-        .iter()
-        .any(|g| g == "system:nodes" || g == "system:bootstrappers")
-    {
-        let verb = if resource == "pods/log" { "get" } else { "create" };
-        return Err(ApiError {
-            code: 403,
-            reason: "Forbidden",
-            message: format!(
-                "pods \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
-                c.user
-            ),
-            details: Some(serde_json::json!({"name": name, "kind": "pods"})),
-        });
+impl Api {
+    /// Exec upgrades do not pass [`Api::route`]; they are authorized here as upstream
+    /// authorizes a WebSocket exec: `create` on `pods/exec`. (Logs and exec run with the API
+    /// server's `system:masters` client certificate on the node, so this is what keeps a caller
+    /// out of workloads it may not reach.)
+    pub(crate) fn may_exec(&self, caller: Option<&Caller>, name: &str, ns: &str) -> Result<(), ApiError> {
+        let Some(c) = caller else {
+            return Err(ApiError::unauthorized());
+        };
+        let a = crate::api::authz::Attributes {
+            verb: "create",
+            resource: "pods",
+            subresource: "exec",
+            name,
+            namespace: ns,
+            resource_request: true,
+            ..Default::default()
+        };
+        self.authz.authorize(c, &a, "")
     }
-    Ok(())
 }
 
 /// The container to read: named, or the pod's only one.
@@ -191,36 +188,6 @@ mod tests {
         );
         let one = json!({"spec": {"containers": [{"name": "only"}]}});
         assert_eq!(pick_container(&one, "p", None).ok(), Some("only"));
-    }
-
-    #[test]
-    fn nodes_and_bootstrappers_may_not_reach_agents() {
-        let who = |user: &str, group: &str| Caller {
-            user: user.into(),
-            groups: vec![group.into()],
-        };
-        let node = who("system:node:n1", "system:nodes");
-        let err = may_reach_agents(Some(&node), "pods/exec", "web", "default").expect_err("refused");
-        assert_eq!((err.code, err.reason), (403, "Forbidden"));
-        assert_eq!(
-            err.message,
-            "pods \"web\" is forbidden: User \"system:node:n1\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
-        );
-        let boot = who("system:bootstrap:abcdef", "system:bootstrappers");
-        assert!(may_reach_agents(Some(&boot), "pods/log", "web", "default").is_err());
-        assert!(
-            may_reach_agents(
-                Some(&who("admin", "system:masters")),
-                "pods/log",
-                "web",
-                "default"
-            )
-            .is_ok()
-        );
-        assert_eq!(
-            may_reach_agents(None, "pods/log", "web", "default").map_err(|e| e.code),
-            Err(401)
-        );
     }
 
     #[test]

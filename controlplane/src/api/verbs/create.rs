@@ -108,6 +108,9 @@ impl Api {
             self.resolve_priority(&mut obj).await?;
         }
         admission::admit(res, &mut obj, true)?;
+        if let (Some(ns), true) = (&ns, res.plural == "pods" && res.group.is_empty()) {
+            self.mount_service_account_token(ns, &mut obj).await?;
+        }
         let meta = &mut obj["metadata"];
         meta["uid"] = json!(object::new_uid());
         meta["creationTimestamp"] = json!(object::rfc3339(SystemTime::now()));
@@ -128,6 +131,12 @@ impl Api {
         if let (Fields::Record, Some(w)) = (fields, writer(t, q, &now)) {
             fieldmanager::record_update(Type::of_kind(&res.api_version(), res.kind), None, &mut obj, w);
         }
+        crate::api::authz::node_restriction(
+            res,
+            t.sub.as_deref(),
+            crate::api::authz::node::Write::Create(&obj),
+        )?;
+        crate::api::authz::escalation::check(&self.authz, res, &obj)?;
         let name = name_of(&obj).to_string();
         if res.group == "certificates.k8s.io" && res.plural == "certificatesigningrequests" {
             admission::admit_csr(self.pki.as_deref(), &mut obj, caller);

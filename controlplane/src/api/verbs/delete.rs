@@ -130,6 +130,7 @@ impl Api {
         let res = t.res;
         let name = t.name.clone().unwrap_or_default();
         let (mut obj, rev) = self.read_object(res, t.namespace.as_deref(), &name).await?;
+        crate::api::authz::node_restriction(res, None, crate::api::authz::node::Write::Delete(&obj))?;
         if let Some(uid) = opts["preconditions"]["uid"].as_str()
             && Some(uid) != obj["metadata"]["uid"].as_str()
         {

@@ -199,6 +199,7 @@ impl Api {
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
         for _ in 0..5 {
             let (pod, rev) = self.read_object(t.res, Some(&ns), &name).await?;
+            crate::api::authz::node_restriction(t.res, None, crate::api::authz::node::Write::Evict(&pod))?;
             let verdict = if can_ignore_budget(&pod) {
                 Verdict::Delete {
                     enforce: enforce_revision(&pod),

@@ -6,6 +6,7 @@
 //! key at a revision, field validation, the request's field manager).
 
 mod bind;
+mod bootstrap_tokens;
 mod components;
 mod create;
 mod delete;
@@ -15,6 +16,7 @@ pub(crate) mod list;
 pub(crate) mod patch;
 mod read;
 mod scale;
+mod serviceaccount;
 mod tokens;
 mod update;
 pub(crate) mod watch;

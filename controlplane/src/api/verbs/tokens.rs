@@ -52,13 +52,47 @@ impl Api {
             _ => vec![json!(ISSUER)],
         };
         let now = kcore::time::unix_seconds(SystemTime::now());
-        let claims = json!({
+        let mut claims = json!({
             "iss": ISSUER,
             "sub": format!("system:serviceaccount:{ns}:{name}"),
             "aud": audiences,
             "iat": now, "nbf": now, "exp": now + expiration,
             "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}},
         });
+        // A token bound to a pod (what the kubelet asks for a projected volume) names it, and
+        // stops authenticating when that pod is gone.
+        let bound = &spec["boundObjectRef"];
+        if bound.is_object() {
+            let kind = bound["kind"].as_str().unwrap_or_default();
+            if kind != "Pod" {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for object of kind {kind:?}: only Pod is supported"
+                )));
+            }
+            let pod_name = bound["name"].as_str().unwrap_or_default();
+            let pods =
+                registry::find("", "v1", "pods").ok_or_else(|| ApiError::internal("pods not served"))?;
+            let (pod, _) = self.read_object(pods, Some(&ns), pod_name).await?;
+            let uid = &pod["metadata"]["uid"];
+            if bound["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty() && Some(u) != uid.as_str())
+            {
+                return Err(ApiError {
+                    code: 409,
+                    reason: "Conflict",
+                    details: None,
+                    message: format!(
+                        "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+                        bound["uid"].as_str().unwrap_or_default()
+                    ),
+                });
+            }
+            claims["kubernetes.io"]["pod"] = json!({"name": pod_name, "uid": uid});
+            if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                claims["kubernetes.io"]["node"] = json!({"name": node});
+            }
+        }
         let token = pki
             .sign_jwt(&claims)
             .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -66,7 +100,8 @@ impl Api {
         Ok(json!({
             "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
-            "spec": {"audiences": audiences, "expirationSeconds": expiration, "boundObjectRef": null},
+            "spec": {"audiences": audiences, "expirationSeconds": expiration,
+                "boundObjectRef": if bound.is_object() { bound.clone() } else { Value::Null }},
             "status": {"token": token, "expirationTimestamp": kcore::time::rfc3339(expires)},
         }))
     }
@@ -92,6 +127,17 @@ impl Api {
         let (sa, _) = self.read_object(res, Some(ns), name).await.ok()?;
         if sa["metadata"]["uid"] != claims["kubernetes.io"]["serviceaccount"]["uid"] {
             return None;
+        }
+        if let Some(pod_name) = claims["kubernetes.io"]["pod"]["name"].as_str() {
+            let pods = registry::find("", "v1", "pods")?;
+            let (pod, _) = self.read_object(pods, Some(ns), pod_name).await.ok()?;
+            let deleted = pod["metadata"]["deletionTimestamp"]
+                .as_str()
+                .and_then(kcore::time::parse_rfc3339)
+                .is_some_and(|at| at <= now);
+            if pod["metadata"]["uid"] != claims["kubernetes.io"]["pod"]["uid"] || deleted {
+                return None;
+            }
         }
         Some(Caller {
             user: sub.to_string(),

@@ -118,6 +118,12 @@ impl Api {
             m.remove("status");
         }
         admission::admit(res, &mut new, false)?;
+        crate::api::authz::node_restriction(
+            res,
+            t.sub.as_deref(),
+            crate::api::authz::node::Write::Update { old, new: &new },
+        )?;
+        crate::api::authz::escalation::check(&self.authz, res, &new)?;
         if old.get("spec") != new.get("spec") {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
             new["metadata"]["generation"] = json!(g + 1);
