@@ -591,6 +591,15 @@ pub(crate) fn cluster_roles() -> Vec<RoleSpec> {
                 ),
                 Rule::new(&["get"], &["*"], &["*/scale"]),
                 Rule::new(&["get"], &[CORE], &["replicationcontrollers"]),
+                // The garbage collector and the namespace controller (upstream's
+                // generic-garbage-collector and namespace-controller roles): any object.
+                Rule::new(
+                    &["get", "list", "watch", "patch", "update", "delete", "deletecollection"],
+                    &["*"],
+                    &["*"],
+                ),
+                // The ServiceAccount and root-CA publishers.
+                Rule::new(&["create"], &[CORE], &["serviceaccounts", "configmaps"]),
             ],
         ),
     ]
