@@ -17,16 +17,8 @@ pub(crate) const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
-const RW: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+/// Every verb of a stored resource.
+const RW: &[&str] = crate::api::registry::VERBS;
 const EVENTS: &[&str] = &["create", "patch", "update"];
 
 const CORE: &str = "";
@@ -594,7 +586,15 @@ pub(crate) fn cluster_roles() -> Vec<RoleSpec> {
                 // The garbage collector and the namespace controller (upstream's
                 // generic-garbage-collector and namespace-controller roles): any object.
                 Rule::new(
-                    &["get", "list", "watch", "patch", "update", "delete", "deletecollection"],
+                    &[
+                        "get",
+                        "list",
+                        "watch",
+                        "patch",
+                        "update",
+                        "delete",
+                        "deletecollection",
+                    ],
                     &["*"],
                     &["*"],
                 ),
