@@ -76,6 +76,24 @@ pub(crate) struct RequestInfo {
     pub path: String,
 }
 
+/// Why a request is not allowed: the authorizers' reasons, as upstream appends them to the 403
+/// message (empty when no authorizer had one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Denied(pub(crate) String);
+
+impl From<String> for Denied {
+    fn from(reason: String) -> Self {
+        Self(reason)
+    }
+}
+
+impl From<&str> for Denied {
+    fn from(reason: &str) -> Self {
+        Self(reason.to_string())
+    }
+}
+
 impl RequestInfo {
     /// Upstream's `RequestInfoFactory`: `/api/v1/...` and `/apis/<g>/<v>/...` are resource
     /// requests (namespace, resource, name, subresource; GET of a collection is list or watch,
@@ -244,7 +262,7 @@ impl Authz {
         user: &UserInfo<'_>,
         a: &Attributes<'_>,
         field_selector: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Denied> {
         if user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
@@ -257,19 +275,19 @@ impl Authz {
                 .and_then(|g| node::authorize(&g, node, a, field_selector));
             match decision {
                 Some(Ok(())) => return Ok(()),
-                Some(Err(r)) => reasons.push(r),
+                Some(Err(Denied(r))) => reasons.push(r),
                 None => {}
             }
         }
         match self.index.read() {
             Ok(ix) => match ix.authorize(user, a) {
                 Ok(()) => return Ok(()),
-                Err(r) if !r.is_empty() => reasons.push(r),
+                Err(Denied(r)) if !r.is_empty() => reasons.push(r),
                 Err(_) => {}
             },
             Err(_) => reasons.push("authorizer unavailable".into()),
         }
-        Err(reasons.join("\n"))
+        Err(Denied(reasons.join("\n")))
     }
 
     /// [`Self::decide`] as the API answers it.
@@ -280,7 +298,7 @@ impl Authz {
         field_selector: &str,
     ) -> Result<(), ApiError> {
         self.decide(&UserInfo::of(caller), a, field_selector)
-            .map_err(|reason| forbidden(&caller.user, a, &reason))
+            .map_err(|Denied(reason)| forbidden(&caller.user, a, &reason))
     }
 
     /// Reads the index.

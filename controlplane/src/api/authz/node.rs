@@ -9,9 +9,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::Attributes;
 use super::policy::node_rules;
 use super::rules::Rule;
+use super::{Attributes, Denied};
 use crate::api::status::ApiError;
 
 /// The store prefix of pods.
@@ -165,23 +165,28 @@ impl Graph {
 
 /// The Node authorizer's decision: `Some(Ok)` allowed, `Some(Err(reason))` no opinion with a
 /// reason, `None` no opinion.
+/// A denial with `reason`.
+fn deny(reason: String) -> Result<(), Denied> {
+    Err(Denied(reason))
+}
+
 pub(crate) fn authorize(
     graph: &Graph,
     node: &str,
     a: &Attributes<'_>,
     field_selector: &str,
-) -> Option<Result<(), String>> {
+) -> Option<Result<(), Denied>> {
     if !a.resource_request {
         return None;
     }
     let no_relation = || {
-        Err(format!(
+        deny(format!(
             "no relationship found between node '{node}' and this object"
         ))
     };
-    let read_object = |kind: &'static str, verbs: &[&str]| -> Result<(), String> {
+    let read_object = |kind: &'static str, verbs: &[&str]| -> Result<(), Denied> {
         if !verbs.contains(&a.verb) || !a.subresource.is_empty() {
-            return Err(format!("can only read individual {} objects", a.resource));
+            return deny(format!("can only read individual {} objects", a.resource));
         }
         if a.name.is_empty() {
             return Err("No Object name found".into());
@@ -196,7 +201,7 @@ pub(crate) fn authorize(
         ("", "secrets") => read_object("secret", &["get", "list", "watch"]),
         ("", "configmaps") => read_object("configmap", &["get", "list", "watch"]),
         ("", "persistentvolumeclaims") if a.subresource.is_empty() => read_object("pvc", &["get"]),
-        ("", "persistentvolumes") => Err(format!(
+        ("", "persistentvolumes") => deny(format!(
             "no relationship found between node '{node}' and this object"
         )),
         ("", "serviceaccounts") if a.subresource == "token" => {
@@ -214,7 +219,7 @@ pub(crate) fn authorize(
             } else if ["get", "create", "update", "patch", "delete"].contains(&a.verb) {
                 Ok(())
             } else {
-                Err(format!(
+                deny(format!(
                     "can only get, create, update, patch, or delete a node lease, not {}",
                     a.verb
                 ))
@@ -224,12 +229,12 @@ pub(crate) fn authorize(
             if a.name == node {
                 Ok(())
             } else if a.verb == "get" {
-                Err(format!(
+                deny(format!(
                     "node '{node}' cannot read '{}', only its own Node object",
                     a.name
                 ))
             } else {
-                Err(format!(
+                deny(format!(
                     "node '{node}' can only {} its own Node object with a metadata.name={node} field selector",
                     a.verb
                 ))
@@ -242,7 +247,7 @@ pub(crate) fn authorize(
             if own {
                 Ok(())
             } else {
-                Err(format!(
+                deny(format!(
                     "can only {} pods with spec.nodeName field selector set to {node}",
                     a.verb
                 ))

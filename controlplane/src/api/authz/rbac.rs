@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Denied;
 use super::rules::Rule;
 use super::{Attributes, UserInfo};
 
@@ -254,7 +255,7 @@ impl Index {
     }
 
     /// The RBAC decision for `a`: allowed, or the reason (possibly empty) it is not.
-    pub(crate) fn authorize(&self, user: &UserInfo<'_>, a: &Attributes<'_>) -> Result<(), String> {
+    pub(crate) fn authorize(&self, user: &UserInfo<'_>, a: &Attributes<'_>) -> Result<(), Denied> {
         let (allowed, mut errors) = self.visit_rules(user, a.namespace, |r| r.allows(a));
         if allowed {
             return Ok(());
@@ -262,11 +263,11 @@ impl Index {
         errors.sort();
         errors.dedup();
         // Upstream prints one error as is and several as a bracketed list.
-        Err(match errors.len() {
+        Err(Denied(match errors.len() {
             0 => String::new(),
             1 => format!("RBAC: {}", errors[0]),
             _ => format!("RBAC: [{}]", errors.join(", ")),
-        })
+        }))
     }
 }
 

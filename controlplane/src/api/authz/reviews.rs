@@ -8,7 +8,7 @@ use http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::rules::Rule;
-use super::{Attributes, Authz, UserInfo, forbidden};
+use super::{Attributes, Authz, Denied, UserInfo, forbidden};
 use crate::api::request::Caller;
 use crate::api::status::ApiError;
 
@@ -160,8 +160,8 @@ pub(crate) fn answer(
             };
             body["status"] = match authz.decide(&UserInfo::of(&subject), &a, "") {
                 Ok(()) => json!({"allowed": true}),
-                Err(reason) if reason.is_empty() => json!({"allowed": false}),
-                Err(reason) => json!({"allowed": false, "reason": reason}),
+                Err(Denied(reason)) if reason.is_empty() => json!({"allowed": false}),
+                Err(Denied(reason)) => json!({"allowed": false, "reason": reason}),
             };
         }
     }
@@ -260,7 +260,7 @@ pub(crate) fn impersonate(
         };
         authz
             .decide(&UserInfo::of(caller), &a, "")
-            .map_err(|reason| forbidden(&caller.user, &a, &reason))
+            .map_err(|Denied(reason)| forbidden(&caller.user, &a, &reason))
     };
     let sa = user
         .strip_prefix("system:serviceaccount:")
