@@ -64,7 +64,7 @@ pub(crate) fn check(authz: &Authz, res: &Resource, obj: &Value) -> Result<(), Ap
             authz
                 .with_index(|ix| ix.rules_of(&role_ref, ns).map(<[Rule]>::to_vec))
                 .unwrap_or_else(|| Err("authorizer unavailable".into()))
-                .map_err(|e| forbid(res, name, &e))?
+                .map_err(|e| forbid(res, name, &e.0))?
         }
         _ => return Ok(()),
     };

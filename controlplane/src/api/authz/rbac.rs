@@ -200,19 +200,27 @@ impl Index {
 
     /// The rules a role reference grants in `ns` ("" for cluster bindings), or the reason it
     /// grants nothing.
-    pub(crate) fn rules_of(&self, r: &RoleRef, ns: &str) -> Result<&[Rule], String> {
+    pub(crate) fn rules_of(&self, r: &RoleRef, ns: &str) -> Result<&[Rule], Denied> {
         match r.kind.as_str() {
             "ClusterRole" => self
                 .cluster_roles
                 .get(&r.name)
                 .map(|c| c.rules.as_slice())
-                .ok_or_else(|| format!("clusterrole.rbac.authorization.k8s.io \"{}\" not found", r.name)),
+                .ok_or_else(|| {
+                    Denied(format!(
+                        "clusterrole.rbac.authorization.k8s.io \"{}\" not found",
+                        r.name
+                    ))
+                }),
             "Role" if !ns.is_empty() => self
                 .roles
                 .get(&(ns.to_string(), r.name.clone()))
                 .map(Vec::as_slice)
-                .ok_or_else(|| format!("role.rbac.authorization.k8s.io \"{}\" not found", r.name)),
-            _ => Err(format!("unknown role reference {:?} {:?}", r.kind, r.name)),
+                .ok_or_else(|| Denied(format!("role.rbac.authorization.k8s.io \"{}\" not found", r.name))),
+            _ => Err(Denied(format!(
+                "unknown role reference {:?} {:?}",
+                r.kind, r.name
+            ))),
         }
     }
 
@@ -231,7 +239,7 @@ impl Index {
             }
             match self.rules_of(&b.role_ref, bns) {
                 Ok(rules) => rules.iter().any(&mut visit),
-                Err(e) => {
+                Err(Denied(e)) => {
                     errors.push(e);
                     false
                 }
