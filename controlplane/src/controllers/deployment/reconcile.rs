@@ -240,12 +240,13 @@ fn by_creation(a: &ReplicaSet, b: &ReplicaSet) -> std::cmp::Ordering {
         .then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 
-/// `ReplicaSetsByRevision`: lower revision first; creation order when equal or unknown.
+/// `ReplicaSetsByRevision`: lower revision first (a set without one counts as revision 0, as
+/// upstream's `Revision` reads it), creation order when equal. An unparsable revision also
+/// counts as 0: upstream falls to creation order for any pair holding one, which is not a total
+/// order (a cycle through a set without a revision), and Rust's sort panics on those.
 fn by_revision(a: &ReplicaSet, b: &ReplicaSet) -> std::cmp::Ordering {
-    match (revision_of(a), revision_of(b)) {
-        (Some(ra), Some(rb)) if ra != rb => ra.cmp(&rb),
-        _ => by_creation(a, b),
-    }
+    let rev = |rs| revision_of(rs).unwrap_or(0);
+    rev(a).cmp(&rev(b)).then_with(|| by_creation(a, b))
 }
 
 /// The template as the API holds it, for comparisons: nulls, empty lists and empty maps

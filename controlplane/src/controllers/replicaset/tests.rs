@@ -181,3 +181,38 @@ fn a_set_being_deleted_creates_and_adopts_nothing() {
     assert_eq!(p.create, 0);
     assert!(p.adopt.is_empty());
 }
+
+/// Thousands of pods whose ready and creation times differ inside one log2 bucket or are
+/// exactly equal (as a rollout's pods are): upstream's pairwise rule is not a total order on
+/// them, and Rust's sort panicked on it. The order must not depend on the input's order.
+#[test]
+fn the_victim_order_is_total_on_pods_sharing_time_buckets() {
+    let mut pods = Vec::new();
+    for i in 0..2000u32 {
+        let second = 40 + i % 7; // ~19 min ago: all in one bucket, some exactly equal
+        let t = format!("2026-06-01T11:41:{second:02}Z");
+        pods.push(pod(
+            &format!("p-{:04}", (i * 7919) % 2000),
+            json!({
+                "metadata": {"creationTimestamp": t},
+                "spec": {"nodeName": format!("n{}", i % 13)},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": t}],
+                    "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "ready": true,
+                        "restartCount": i % 3}],
+                },
+            }),
+        ));
+    }
+    let first: Vec<String> = names(&victims(&pods, pods.len(), now()))
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    // A fixed shuffle (multiplicative step coprime with the length).
+    let shuffled: Vec<Arc<Pod>> = (0..pods.len())
+        .map(|i| pods[(i * 1237) % pods.len()].clone())
+        .collect();
+    let again = victims(&shuffled, shuffled.len(), now());
+    assert_eq!(names(&again), first);
+    assert_eq!(first.len(), 2000);
+}
