@@ -1171,3 +1171,97 @@ fn rbac_can_i_whoami_and_escalation() {
         "{err}"
     );
 }
+
+/// `kubectl autoscale` posts an autoscaling/v1 HPA (protobuf); it is stored as v2 and shown in
+/// both versions with upstream's columns; a v1 patch and an invalid size behave as upstream.
+#[test]
+fn autoscale_posts_v1_and_get_shows_both_versions() {
+    let s = start();
+    s.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--",
+        "sleep",
+        "1d",
+    ]);
+    let out = s.ok(&[
+        "autoscale",
+        "deployment",
+        "web",
+        "--min=2",
+        "--max=5",
+        "--cpu-percent=70",
+    ]);
+    assert_eq!(out.trim(), "horizontalpodautoscaler.autoscaling/web autoscaled");
+    let table = s.ok(&["get", "hpa"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "REFERENCE",
+            "TARGETS",
+            "MINPODS",
+            "MAXPODS",
+            "REPLICAS",
+            "AGE"
+        ]
+    );
+    let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        &row[..6],
+        ["web", "Deployment/web", "cpu:", "<unknown>/70%", "2", "5"]
+    );
+    let v2 = s.ok(&[
+        "get",
+        "hpa",
+        "web",
+        "-o",
+        "jsonpath={.apiVersion} {.spec.metrics[0].resource.target.averageUtilization}",
+    ]);
+    assert_eq!(v2, "autoscaling/v2 70");
+    let v1 = s.ok(&[
+        "get",
+        "horizontalpodautoscalers.v1.autoscaling",
+        "web",
+        "-o",
+        "jsonpath={.apiVersion} {.spec.targetCPUUtilizationPercentage}",
+    ]);
+    assert_eq!(v1, "autoscaling/v1 70");
+    s.ok(&[
+        "patch",
+        "horizontalpodautoscalers.v1.autoscaling",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"targetCPUUtilizationPercentage":55}}"#,
+    ]);
+    let v2 = s.ok(&[
+        "get",
+        "hpa",
+        "web",
+        "-o",
+        "jsonpath={.spec.metrics[0].resource.target.averageUtilization}",
+    ]);
+    assert_eq!(v2, "55");
+    let (ok, _, err) = s.kubectl(&[
+        "patch",
+        "hpa",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"minReplicas":9}}"#,
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("spec.maxReplicas: Invalid value: 5: must be greater than or equal to `minReplicas`"),
+        "{err}"
+    );
+    s.ok(&["delete", "horizontalpodautoscalers.v1.autoscaling", "web"]);
+    let (ok, _, err) = s.kubectl(&["get", "hpa", "web"]);
+    assert!(!ok);
+    assert!(err.contains("not found"), "{err}");
+}

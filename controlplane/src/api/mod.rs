@@ -27,6 +27,7 @@ pub mod status;
 mod streams;
 pub use streams::KUBELET_ENDPOINT_ANNOTATION;
 mod verbs;
+mod versions;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -178,7 +179,16 @@ impl Api {
             latency = Empty,
         );
         let started = (!span.is_disabled()).then(Instant::now);
-        let resp = self.route(caller, req, &span).instrument(span.clone()).await;
+        let path = req.uri().path().to_string();
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let resp = match versions::older_of(&segs) {
+            Some(older) => {
+                self.route_older(caller, req, older, &span)
+                    .instrument(span.clone())
+                    .await
+            }
+            None => self.route(caller, req, &span).instrument(span.clone()).await,
+        };
         if let Some(started) = started {
             span.record("code", resp.status().as_u16());
             span.record("latency", tracing::field::debug(started.elapsed()));
@@ -289,6 +299,60 @@ impl Api {
             _ => Err(ApiError::not_found_path(&path)),
         };
         result.unwrap_or_else(|e| error_response_as(&e, format))
+    }
+
+    /// Routes a request to an older version of a resource through its preferred version
+    /// ([`versions`]). A patch is read, patched in the older form and written as an update, so
+    /// it needs the `get` and `update` permissions rather than `patch`.
+    async fn route_older(
+        &self,
+        caller: Option<&Caller>,
+        req: Request<Bytes>,
+        older: &'static versions::Older,
+        span: &tracing::Span,
+    ) -> Response<Body> {
+        let format = Format::from_accept(
+            req.headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default(),
+        );
+        let watching = Query::parse(req.uri().query()).flag("watch")
+            || req.uri().path().split('/').any(|s| s == "watch");
+        let plan = match versions::rewrite(older, req) {
+            Err(e) => return error_response_as(&e, format),
+            Ok(versions::Rewritten::Request(req)) => {
+                let resp = self.route(caller, *req, span).await;
+                return versions::response_down(older, resp, format, watching).await;
+            }
+            Ok(versions::Rewritten::Patch(plan)) => *plan,
+        };
+        let current = self.route(caller, plan.get, span).await;
+        if !current.status().is_success() {
+            return versions::response_down(older, current, format, false).await;
+        }
+        let current = match collect_body(current.into_body())
+            .await
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| ApiError::internal(e.to_string())))
+        {
+            Ok(v) => v,
+            Err(e) => return error_response_as(&e, format),
+        };
+        let put = versions::patched_update(
+            older,
+            current,
+            &plan.content_type,
+            &plan.patch,
+            plan.parts,
+            &plan.put_path,
+        );
+        match put {
+            Ok(put) => {
+                let resp = self.route(caller, put, span).await;
+                versions::response_down(older, resp, format, false).await
+            }
+            Err(e) => error_response_as(&e, format),
+        }
     }
 
     fn discovery_root(&self, req: &Request<Bytes>, core: bool) -> Response<Body> {

@@ -702,6 +702,36 @@ pub static RESOURCES: &[Resource] = &[
     ),
 ];
 
+/// Resources also served in an older version: stored and handled in the preferred version (their
+/// entry in [`RESOURCES`]), converted at the edge (`api/versions.rs`).
+pub static OLDER_VERSIONS: &[Resource] = &[res!(
+    "autoscaling",
+    "v1",
+    "horizontalpodautoscalers",
+    "horizontalpodautoscaler",
+    "HorizontalPodAutoscaler",
+    true,
+    &["hpa"],
+    ALL,
+    &[status("autoscaling", "v1", "HorizontalPodAutoscaler")]
+)];
+
+/// Every served resource in every served version (discovery and OpenAPI).
+pub fn served() -> impl Iterator<Item = &'static Resource> {
+    RESOURCES.iter().chain(OLDER_VERSIONS)
+}
+
+/// The versions `group` is served in, the preferred first.
+pub fn versions_of(group: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in served().filter(|r| r.group == group) {
+        if !out.contains(&r.version) {
+            out.push(r.version);
+        }
+    }
+    out
+}
+
 /// Finds a resource by group, version and plural.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES

@@ -1000,3 +1000,4 @@ mod authz;
 mod lists;
 mod protobuf;
 mod resources;
+mod versions;

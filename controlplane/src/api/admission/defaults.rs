@@ -75,7 +75,7 @@ pub(crate) fn apply(res: &Resource, obj: &mut Value) {
             or_set(spec, "volumeLifecycleModes", json!(["Persistent"]));
         }
         ("", "Service") => service(&mut obj["spec"]),
-        ("autoscaling", "HorizontalPodAutoscaler") => hpa_behavior(&mut obj["spec"]),
+        ("autoscaling", "HorizontalPodAutoscaler") => hpa(&mut obj["spec"]),
         _ => {}
     }
 }
@@ -189,6 +189,17 @@ fn service(spec: &mut Value) {
     if spec["type"] != "ExternalName" {
         or_set(spec, "internalTrafficPolicy", json!("Cluster"));
     }
+}
+
+/// An HPA (upstream's v2 `SetDefaults_HorizontalPodAutoscaler`): `minReplicas` 1, without
+/// metrics a CPU utilization target of 80%, and the behavior defaults.
+fn hpa(spec: &mut Value) {
+    or_set(spec, "minReplicas", json!(1));
+    if spec["metrics"].as_array().is_none_or(|m| m.is_empty()) {
+        spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 80}}}]);
+    }
+    hpa_behavior(spec);
 }
 
 /// With a `behavior`, the missing direction gets the upstream default rules, and given rules

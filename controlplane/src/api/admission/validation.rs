@@ -58,6 +58,43 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
             )?;
         }
         ("batch", "Job") => job_rules(&obj["spec"], "spec", &invalid)?,
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            // Upstream's ValidateHorizontalPodAutoscalerSpec (scale to zero, beta and on in
+            // 1.37 per CTL-53, lets minReplicas be 0 with an Object or External metric).
+            let spec = &obj["spec"];
+            for field in ["kind", "name"] {
+                if spec["scaleTargetRef"][field].as_str().is_none_or(str::is_empty) {
+                    return invalid(&format!("spec.scaleTargetRef.{field}"), "Required value".into());
+                }
+            }
+            let max = spec["maxReplicas"].as_i64().unwrap_or(0);
+            let object_or_external = spec["metrics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["type"] == "Object" || m["type"] == "External");
+            let lower = if object_or_external { 0 } else { 1 };
+            if let Some(min) = spec["minReplicas"].as_i64() {
+                if min < lower {
+                    return invalid(
+                        "spec.minReplicas",
+                        format!("Invalid value: {min}: must be greater than or equal to {lower}"),
+                    );
+                }
+                if max >= 1 && max < min {
+                    return invalid(
+                        "spec.maxReplicas",
+                        format!("Invalid value: {max}: must be greater than or equal to `minReplicas`"),
+                    );
+                }
+            }
+            if max < 1 {
+                return invalid(
+                    "spec.maxReplicas",
+                    format!("Invalid value: {max}: must be greater than 0"),
+                );
+            }
+        }
         ("apps", "Deployment") => {
             let ru = &obj["spec"]["strategy"]["rollingUpdate"];
             let zero = |v: &Value| {

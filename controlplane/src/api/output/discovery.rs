@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::registry::{self, RESOURCES, Resource};
+use crate::api::registry::{self, Resource};
 
 /// The Kubernetes version the server reports (kubectl's dispatcher picks the matching client).
 pub const KUBE_MAJOR: &str = "1";
@@ -57,27 +57,33 @@ fn resource_entry(r: &Resource) -> Value {
     e
 }
 
-fn group_entry(group: &str, version: &str) -> Value {
-    let resources: Vec<Value> = RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .map(resource_entry)
+/// A group in aggregated discovery with every version it is served in, the preferred first.
+fn group_entry(group: &str) -> Value {
+    let versions: Vec<Value> = registry::versions_of(group)
+        .into_iter()
+        .map(|version| {
+            let resources: Vec<Value> = registry::served()
+                .filter(|r| r.group == group && r.version == version)
+                .map(resource_entry)
+                .collect();
+            json!({ "version": version, "resources": resources, "freshness": "Current" })
+        })
         .collect();
     let mut meta = json!({ "creationTimestamp": null });
     if !group.is_empty() {
         meta["name"] = json!(group);
     }
-    json!({ "metadata": meta, "versions": [{ "version": version, "resources": resources, "freshness": "Current" }] })
+    json!({ "metadata": meta, "versions": versions })
 }
 
 /// Aggregated `/api` (core only) or `/apis` (every named group).
 pub fn aggregated(core: bool) -> Value {
     let items: Vec<Value> = if core {
-        vec![group_entry("", "v1")]
+        vec![group_entry("")]
     } else {
         registry::groups()
             .into_iter()
-            .map(|(g, v)| group_entry(g, v))
+            .map(|(g, _)| group_entry(g))
             .collect()
     };
     json!({ "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items })
@@ -92,9 +98,10 @@ pub fn legacy_api() -> Value {
 pub fn legacy_apis() -> Value {
     let groups: Vec<Value> = registry::groups()
         .into_iter()
-        .map(|(g, v)| {
-            let gv = json!({ "groupVersion": format!("{g}/{v}"), "version": v });
-            json!({ "name": g, "versions": [gv.clone()], "preferredVersion": gv })
+        .map(|(g, preferred)| {
+            let gv = |v: &str| json!({ "groupVersion": format!("{g}/{v}"), "version": v });
+            let versions: Vec<Value> = registry::versions_of(g).into_iter().map(gv).collect();
+            json!({ "name": g, "versions": versions, "preferredVersion": gv(preferred) })
         })
         .collect();
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
@@ -103,10 +110,7 @@ pub fn legacy_apis() -> Value {
 /// Legacy `/api/v1` or `/apis/<group>/<version>`; None for an unknown group/version.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     let mut list = Vec::new();
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in registry::served().filter(|r| r.group == group && r.version == version) {
         let mut e = json!({
             "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": r.verbs,
         });

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::discovery::{KUBE_MAJOR, KUBE_MINOR};
 use super::{Body, full};
-use crate::api::registry::{RESOURCES, Resource};
+use crate::api::registry::{self, Resource};
 use crate::api::schema;
 use crate::api::status::ApiError;
 
@@ -102,6 +102,7 @@ kinds! {
     "discovery.k8s.io" "v1" "EndpointSlice" => k8s_openapi::api::discovery::v1::EndpointSlice,
     "events.k8s.io" "v1" "Event" => k8s_openapi::api::events::v1::Event,
     "autoscaling" "v2" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+    "autoscaling" "v1" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler,
     "networking.k8s.io" "v1" "Ingress" => k8s_openapi::api::networking::v1::Ingress,
     "networking.k8s.io" "v1" "IngressClass" => k8s_openapi::api::networking::v1::IngressClass,
     "networking.k8s.io" "v1" "NetworkPolicy" => k8s_openapi::api::networking::v1::NetworkPolicy,
@@ -138,7 +139,7 @@ fn ref_name(reference: &Value) -> Option<&str> {
 
 fn build() -> Documents {
     let mut gvs: BTreeMap<(&str, &str), Vec<&Resource>> = BTreeMap::new();
-    for r in RESOURCES {
+    for r in registry::served() {
         gvs.entry((r.group, r.version)).or_default().push(r);
     }
     let markers = schema::list_markers();
@@ -451,7 +452,7 @@ mod tests {
     fn documents_cover_every_served_kind() {
         let d = documents();
         let root: Value = serde_json::from_slice(&d.root).expect("root JSON");
-        for r in RESOURCES {
+        for r in crate::api::registry::served() {
             let path = gv_path(r.group, r.version);
             let url = root["paths"][&path]["serverRelativeURL"]
                 .as_str()

@@ -180,8 +180,180 @@ fn columns(r: &Resource) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("autoscaling", "horizontalpodautoscalers") => vec![
+            col("Name", "string", 0),
+            col("Reference", "string", 0),
+            col("Targets", "string", 0),
+            col("MinPods", "string", 0),
+            col("MaxPods", "string", 0),
+            col("Replicas", "string", 0),
+            col("Age", "string", 0),
+        ],
+        ("policy", "poddisruptionbudgets") => vec![
+            col("Name", "string", 0),
+            col("Min Available", "string", 0),
+            col("Max Unavailable", "string", 0),
+            col("Allowed Disruptions", "integer", 0),
+            col("Age", "string", 0),
+        ],
+        ("", "events") | ("events.k8s.io", "events") => vec![
+            col("Last Seen", "string", 0),
+            col("Type", "string", 0),
+            col("Reason", "string", 0),
+            col("Object", "string", 0),
+            col("Subobject", "string", 1),
+            col("Source", "string", 1),
+            col("Message", "string", 0),
+            col("First Seen", "string", 1),
+            col("Count", "string", 1),
+            col("Name", "string", 1),
+        ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
+}
+
+/// The TARGETS cell of an HPA (upstream's `formatHPAMetrics`): `current/target` per metric,
+/// the first two, then `+ N more...`.
+fn hpa_targets(specs: &Value, statuses: &Value) -> String {
+    let specs = specs.as_array().cloned().unwrap_or_default();
+    if specs.is_empty() {
+        return "<none>".into();
+    }
+    let unknown = || "<unknown>".to_string();
+    let status = |i: usize, key: &str| -> Option<Value> {
+        statuses
+            .get(i)
+            .map(|st| st[key].clone())
+            .filter(|v| v.is_object())
+    };
+    let q = |v: &Value| -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    };
+    let mut list: Vec<String> = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let ty = spec["type"].as_str().unwrap_or_default();
+        let item = match ty {
+            "External" | "Object" => {
+                let key = if ty == "External" { "external" } else { "object" };
+                let target = &spec[key]["target"];
+                let current = status(i, key);
+                match q(&target["averageValue"]) {
+                    Some(avg) => {
+                        let cur = current
+                            .and_then(|c| q(&c["current"]["averageValue"]))
+                            .unwrap_or_else(unknown);
+                        format!("{cur}/{avg} (avg)")
+                    }
+                    None => {
+                        let cur = current
+                            .and_then(|c| q(&c["current"]["value"]))
+                            .unwrap_or_else(unknown);
+                        format!("{cur}/{}", q(&target["value"]).unwrap_or_default())
+                    }
+                }
+            }
+            "Pods" => {
+                let cur = status(i, "pods")
+                    .and_then(|c| q(&c["current"]["averageValue"]))
+                    .unwrap_or_else(unknown);
+                format!(
+                    "{cur}/{}",
+                    q(&spec["pods"]["target"]["averageValue"]).unwrap_or_default()
+                )
+            }
+            "Resource" | "ContainerResource" => {
+                let key = if ty == "Resource" {
+                    "resource"
+                } else {
+                    "containerResource"
+                };
+                let source = &spec[key];
+                let current = status(i, key);
+                let resource = s(&source["name"]);
+                match q(&source["target"]["averageValue"]) {
+                    Some(avg) => {
+                        let cur = current
+                            .and_then(|c| q(&c["current"]["averageValue"]))
+                            .unwrap_or_else(unknown);
+                        format!("{resource}: {cur}/{avg}")
+                    }
+                    None => {
+                        let cur = current
+                            .and_then(|c| c["current"]["averageUtilization"].as_i64())
+                            .map_or_else(unknown, |u| format!("{u}%"));
+                        let target = source["target"]["averageUtilization"]
+                            .as_i64()
+                            .map_or_else(|| "<auto>".to_string(), |u| format!("{u}%"));
+                        format!("{resource}: {cur}/{target}")
+                    }
+                }
+            }
+            _ => "<unknown type>".into(),
+        };
+        list.push(item);
+    }
+    let count = list.len();
+    if count > 2 {
+        list.truncate(2);
+        return format!("{} + {} more...", list.join(", "), count - 2);
+    }
+    list.join(", ")
+}
+
+/// The cells of an Event row (upstream's `printEvent`, wide: the server prints every column),
+/// from a core/v1 Event or an events.k8s.io/v1 one (its fields under their newer names).
+fn event_cells(obj: &Value, now: SystemTime) -> Vec<Value> {
+    let newer = obj.get("regarding").is_some() || obj["apiVersion"] == "events.k8s.io/v1";
+    let field = |old: &str, new: &str| -> Value { if newer { obj[new].clone() } else { obj[old].clone() } };
+    let since = |t: &Value| seconds_between(t, None, now).map(human_duration);
+    let first = since(&field("firstTimestamp", "deprecatedFirstTimestamp"))
+        .or_else(|| since(&obj["eventTime"]))
+        .unwrap_or_else(|| "<unknown>".into());
+    let mut last = since(&field("lastTimestamp", "deprecatedLastTimestamp")).unwrap_or_else(|| first.clone());
+    let mut count = field("count", "deprecatedCount").as_i64().unwrap_or(0);
+    if obj["series"].is_object() {
+        last = since(&obj["series"]["lastObservedTime"]).unwrap_or_else(|| "<unknown>".into());
+        count = obj["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let involved = field("involvedObject", "regarding");
+    let kind = s(&involved["kind"]).to_lowercase();
+    let target = match involved["name"].as_str().filter(|n| !n.is_empty()) {
+        Some(n) => format!("{kind}/{n}"),
+        None => kind,
+    };
+    let source = field("source", "deprecatedSource");
+    let first_non_empty = |a: &Value, b: &Value| -> String {
+        a.as_str()
+            .filter(|x| !x.is_empty())
+            .or(b.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let component = first_non_empty(&source["component"], &obj["reportingController"]);
+    let instance = first_non_empty(&source["host"], &obj["reportingInstance"]);
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s(&obj["type"])),
+        json!(s(&obj["reason"])),
+        json!(target),
+        json!(s(&involved["fieldPath"])),
+        json!(source),
+        json!(s(&field("message", "note")).trim()),
+        json!(first),
+        json!(count),
+        json!(s(&obj["metadata"]["name"])),
+    ]
 }
 
 /// `k=v,k2=v2` of a string map, `<none>` when empty (upstream's `labels.FormatLabels`).
@@ -775,6 +947,38 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                 json!(format_label_selector(&spec["selector"])),
             ]
         }
+        ("autoscaling", "horizontalpodautoscalers") => {
+            let spec = &obj["spec"];
+            let target = &spec["scaleTargetRef"];
+            vec![
+                name,
+                json!(format!("{}/{}", s(&target["kind"]), s(&target["name"]))),
+                json!(hpa_targets(&spec["metrics"], &obj["status"]["currentMetrics"])),
+                json!(
+                    spec["minReplicas"]
+                        .as_i64()
+                        .map_or_else(|| "<unset>".to_string(), |m| m.to_string())
+                ),
+                json!(i(&spec["maxReplicas"])),
+                json!(i(&obj["status"]["currentReplicas"])),
+                json!(created),
+            ]
+        }
+        ("policy", "poddisruptionbudgets") => {
+            let int_or_string = |v: &Value| match v {
+                Value::String(x) => x.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => "N/A".into(),
+            };
+            vec![
+                name,
+                json!(int_or_string(&obj["spec"]["minAvailable"])),
+                json!(int_or_string(&obj["spec"]["maxUnavailable"])),
+                json!(i(&obj["status"]["disruptionsAllowed"])),
+                json!(created),
+            ]
+        }
+        ("", "events") | ("events.k8s.io", "events") => event_cells(obj, now),
         ("batch", "cronjobs") => {
             let spec = &obj["spec"];
             let last = seconds_between(&obj["status"]["lastScheduleTime"], None, now)
@@ -983,5 +1187,90 @@ mod tests {
             {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u", "controller": true}]}, "revision": 2});
         let row = cells(res("controllerrevisions"), &cr, now);
         assert_eq!((&row[1], &row[2]), (&json!("statefulset.apps/web"), &json!(2)));
+    }
+
+    #[test]
+    fn hpa_pdb_and_event_rows() {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_780_000_000);
+        let ago = |secs: u64| {
+            kcore::time::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_780_000_000 - secs))
+        };
+        let hpa_res =
+            crate::api::registry::find("autoscaling", "v2", "horizontalpodautoscalers").expect("served");
+        let hpa = json!({"metadata": {"name": "web", "creationTimestamp": ago(30)},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": 2, "maxReplicas": 5,
+                "metrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}},
+                    {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "100Mi"}}},
+                    {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "120"}}},
+                ]},
+            "status": {"currentReplicas": 3, "currentMetrics": [
+                {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 95, "averageValue": "95m"}}}]}});
+        assert_eq!(
+            cells(hpa_res, &hpa, now),
+            vec![
+                json!("web"),
+                json!("Deployment/web"),
+                json!("cpu: 95%/80%, memory: <unknown>/100Mi + 1 more..."),
+                json!("2"),
+                json!(5),
+                json!(3),
+                json!("30s")
+            ]
+        );
+        let bare = json!({"metadata": {"name": "b"}, "spec": {"scaleTargetRef": {"kind": "ReplicaSet", "name": "rs"}, "maxReplicas": 1}});
+        let row = cells(hpa_res, &bare, now);
+        assert_eq!(row[2], json!("<none>"));
+        assert_eq!(row[3], json!("<unset>"));
+
+        let pdb_res = crate::api::registry::find("policy", "v1", "poddisruptionbudgets").expect("served");
+        let pdb = json!({"metadata": {"name": "zk", "creationTimestamp": ago(5)},
+            "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}});
+        assert_eq!(
+            cells(pdb_res, &pdb, now),
+            vec![json!("zk"), json!("50%"), json!("N/A"), json!(1), json!("5s")]
+        );
+
+        let ev_res = crate::api::registry::find("", "v1", "events").expect("served");
+        let ev = json!({"metadata": {"name": "web-1.abc"}, "type": "Normal", "reason": "Scheduled",
+            "involvedObject": {"kind": "Pod", "name": "web-1", "fieldPath": ""},
+            "source": {"component": "default-scheduler"},
+            "message": "Successfully assigned default/web-1 to n1 ",
+            "firstTimestamp": ago(200), "lastTimestamp": ago(65), "count": 3});
+        assert_eq!(
+            cells(ev_res, &ev, now),
+            vec![
+                json!("65s"),
+                json!("Normal"),
+                json!("Scheduled"),
+                json!("pod/web-1"),
+                json!(""),
+                json!("default-scheduler"),
+                json!("Successfully assigned default/web-1 to n1"),
+                json!("3m20s"),
+                json!(3),
+                json!("web-1.abc")
+            ]
+        );
+        let new_res = crate::api::registry::find("events.k8s.io", "v1", "events").expect("served");
+        let newer = json!({"apiVersion": "events.k8s.io/v1", "metadata": {"name": "e"}, "type": "Warning",
+            "reason": "BackOff", "regarding": {"kind": "Pod", "name": "p"}, "note": "Back-off",
+            "eventTime": ago(10), "reportingController": "kubelet", "reportingInstance": "n1",
+            "series": {"count": 7, "lastObservedTime": ago(2)}});
+        assert_eq!(
+            cells(new_res, &newer, now),
+            vec![
+                json!("2s"),
+                json!("Warning"),
+                json!("BackOff"),
+                json!("pod/p"),
+                json!(""),
+                json!("kubelet, n1"),
+                json!("Back-off"),
+                json!("10s"),
+                json!(7),
+                json!("e")
+            ]
+        );
     }
 }
