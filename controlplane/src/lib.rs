@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod controllers;
+pub mod cron;
 pub mod events;
 pub mod hollow;
 pub mod inprocess;

@@ -35,7 +35,10 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
         }
         ("batch", "CronJob") => {
             let schedule = obj["spec"]["schedule"].as_str().unwrap_or_default();
-            if schedule.starts_with("TZ=") || schedule.starts_with("CRON_TZ=") {
+            if let Err(e) = crate::cron::parse(schedule) {
+                return invalid("spec.schedule", format!("Invalid value: {schedule:?}: {e}"));
+            }
+            if schedule.contains("TZ") {
                 return invalid(
                     "spec.schedule",
                     format!(
@@ -265,6 +268,29 @@ mod tests {
             message(res("batch", "cronjobs"), cj("UTC", "TZ=UTC 0 * * * *"))
                 .contains("cannot use TZ or CRON_TZ in schedule")
         );
+        assert_eq!(
+            message(res("batch", "cronjobs"), cj("UTC", "every day")),
+            "CronJob \"report\" is invalid: spec.schedule: Invalid value: \"every day\": expected exactly 5 fields, found 2: [every day]"
+        );
+        assert_eq!(
+            message(res("batch", "cronjobs"), cj("UTC", "61 * * * *")),
+            "CronJob \"report\" is invalid: spec.schedule: Invalid value: \"61 * * * *\": end of range (61) above maximum (59): 61"
+        );
+        let hpa = |min: i64, max: i64| {
+            json!({"metadata": {"name": "h"}, "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": min, "maxReplicas": max}})
+        };
+        let hpas =
+            crate::api::registry::find("autoscaling", "v2", "horizontalpodautoscalers").expect("served");
+        assert_eq!(
+            message(hpas, hpa(0, 3)),
+            "HorizontalPodAutoscaler \"h\" is invalid: spec.minReplicas: Invalid value: 0: must be greater than or equal to 1"
+        );
+        assert_eq!(
+            message(hpas, hpa(1, 0)),
+            "HorizontalPodAutoscaler \"h\" is invalid: spec.maxReplicas: Invalid value: 0: must be greater than 0"
+        );
+        assert_eq!(message(hpas, hpa(2, 2)), "");
         let deploy = json!({"metadata": {"name": "d"}, "spec": {"strategy": {"type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}}});
         assert_eq!(

@@ -6,7 +6,6 @@
 //! performs the API calls.
 
 pub mod reconcile;
-pub mod schedule;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +22,7 @@ use kube::runtime::controller::{Action, Controller};
 use self::reconcile::{has_unlisted_running, plan, unseen_active, with_created};
 use super::index::{OwnerIndex, controller_uid};
 use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
+use crate::cron as schedule;
 use crate::events::{Involved, Kind, Recorder};
 
 /// Upstream's component name (events' source).

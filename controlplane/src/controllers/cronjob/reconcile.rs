@@ -15,9 +15,9 @@ use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::schedule::{self, Schedule, UnknownTimeZone};
 use crate::controllers::job::reconcile::finished_type;
 use crate::controllers::podutil::controller_owner;
+use crate::cron::{self as schedule, Schedule, UnknownTimeZone};
 use crate::events::Kind;
 
 /// The annotation with a Job's scheduled time (RFC 3339, in the CronJob's time zone).

@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::{Value, json};
 
 use super::reconcile::{Plan, SCHEDULED_TIMESTAMP, plan};
-use super::schedule::UnknownTimeZone;
+use crate::cron::UnknownTimeZone;
 use crate::events::Kind;
 
 fn at(s: &str) -> DateTime<Utc> {
