@@ -70,10 +70,7 @@ pub fn controller(mgr: &Manager, ca: String) -> Running {
 }
 
 fn error_policy(ns: Arc<Namespace>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let name = ns.metadata.name.clone().unwrap_or_default();
-    let delay = ctx.failures.next_delay(&name);
-    tracing::warn!(component = COMPONENT, namespace = %name, error = %err, retry_in = ?delay, "publishing the root CA failed");
-    Action::requeue(delay)
+    super::retry_after_failure(&ctx.failures, COMPONENT, &*ns, err)
 }
 
 async fn reconcile_one(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {

@@ -57,10 +57,7 @@ pub fn controller(mgr: &Manager) -> Running {
 }
 
 fn error_policy(ns: Arc<Namespace>, err: &SyncError, ctx: Arc<Ctx>) -> Action {
-    let name = ns.metadata.name.clone().unwrap_or_default();
-    let delay = ctx.failures.next_delay(&name);
-    tracing::warn!(namespace = %name, error = %err, retry_in = ?delay, "creating service accounts failed");
-    Action::requeue(delay)
+    super::retry_after_failure(&ctx.failures, "serviceaccount-controller", &*ns, err)
 }
 
 async fn reconcile_one(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
