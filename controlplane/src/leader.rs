@@ -183,3 +183,56 @@ where
         tracing::warn!(lease = %cfg.name, identity = %cfg.identity, "stopped leading");
     }
 }
+
+/// Background tasks that stop when their owner does: every task spawned through a scope is
+/// aborted when the scope is dropped. The leader loop stops leading by dropping the work's
+/// future, and a plain `tokio::spawn` inside it would outlive it (informers watching on, whole
+/// controllers still reconciling beside the new leader's).
+#[derive(Debug, Default)]
+pub struct Scope {
+    tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Scope {
+    /// Spawns `fut` on the runtime; it is aborted when this scope is dropped.
+    pub fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let task = tokio::spawn(fut);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task.abort_handle());
+        task
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn dropping_a_scope_aborts_its_tasks_and_only_them() {
+        let scope = Scope::default();
+        let forever = scope.spawn(futures::future::pending::<()>());
+        let done = scope.spawn(async { 7 });
+        assert_eq!(done.await.ok(), Some(7));
+        let outside = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            1
+        });
+        drop(scope);
+        let err = forever.await.expect_err("aborted");
+        assert!(err.is_cancelled());
+        assert_eq!(outside.await.ok(), Some(1));
+    }
+}

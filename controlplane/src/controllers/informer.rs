@@ -121,8 +121,8 @@ impl<K: Object> Informer<K> {
         self.deleted.idle.activate_cloned()
     }
 
-    /// Starts the list+watch (once).
-    fn start(&self) {
+    /// Starts the list+watch (once), in `scope`.
+    fn start(&self, scope: &crate::leader::Scope) {
         let Some(writer) = self.writer.lock().ok().and_then(|mut w| w.take()) else {
             return;
         };
@@ -143,7 +143,7 @@ impl<K: Object> Informer<K> {
             self.deleted.tx.clone(),
             self.reader.clone(),
         );
-        tokio::spawn(async move {
+        scope.spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
                 // The reflector has applied the event to the cache; now tell the subscribers.
@@ -169,11 +169,16 @@ impl<K: Object> Informer<K> {
     }
 }
 
+/// Starts one informer's list+watch in a scope.
+type Starter = Box<dyn Fn(&crate::leader::Scope) + Send>;
+
 /// Every informer of one controller manager, created on first use.
 pub struct Informers {
     client: kube::Client,
     map: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    starters: Mutex<Vec<Box<dyn Fn() + Send>>>,
+    starters: Mutex<Vec<Starter>>,
+    /// The informers' watch tasks: they stop when the informers are dropped.
+    tasks: crate::leader::Scope,
 }
 
 impl Debug for Informers {
@@ -188,6 +193,7 @@ impl Informers {
             client,
             map: Mutex::new(HashMap::new()),
             starters: Mutex::new(Vec::new()),
+            tasks: crate::leader::Scope::default(),
         }
     }
 
@@ -205,14 +211,14 @@ impl Informers {
         self.starters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(Box::new(move || starter.start()));
+            .push(Box::new(move |scope| starter.start(scope)));
         inf
     }
 
     /// Starts every informer created so far.
     pub fn start(&self) {
         for s in self.starters.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            s();
+            s(&self.tasks);
         }
     }
 

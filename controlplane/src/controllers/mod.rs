@@ -192,10 +192,12 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         .collect();
     mgr.informers.start();
     tracing::info!(controllers = controllers.len(), identity = %mgr.cfg.identity, "controllers started");
+    // Dropped with this future (leadership lost): every controller stops.
+    let scope = leader::Scope::default();
     let tasks: Vec<_> = controllers
         .into_iter()
         .map(|(name, fut)| {
-            tokio::spawn(async move {
+            scope.spawn(async move {
                 fut.await;
                 tracing::error!(controller = name, "controller stopped");
             })

@@ -45,7 +45,7 @@ use self::pod::{DEFAULT_SCHEDULER, PodInfo};
 use self::preemption::{Budget, Candidate, Outcome};
 use self::queue::{ClusterEvent, SchedulingQueue};
 use crate::events::{Kind, Recorder};
-use crate::leader::{self, LeaseConfig};
+use crate::leader::{self, LeaseConfig, Scope};
 
 /// How the scheduler runs.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ struct Stores {
     stateful_sets: Store<StatefulSet>,
 }
 
-fn reflect<K>(api: kube::Api<K>, strip: fn(&mut K)) -> Store<K>
+fn reflect<K>(scope: &Scope, api: kube::Api<K>, strip: fn(&mut K)) -> Store<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -120,7 +120,7 @@ where
             .default_backoff()
             .modify(strip),
     );
-    tokio::spawn(async move {
+    scope.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(e) = stream.next().await {
             if let Err(e) = e {
@@ -131,12 +131,18 @@ where
     reader
 }
 
-fn forward<K, F>(api: kube::Api<K>, cfg: watcher::Config, tx: mpsc::Sender<Input>, strip: fn(&mut K), wrap: F)
-where
+fn forward<K, F>(
+    scope: &Scope,
+    api: kube::Api<K>,
+    cfg: watcher::Config,
+    tx: mpsc::Sender<Input>,
+    strip: fn(&mut K),
+    wrap: F,
+) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(watcher::Event<K>) -> Input + Send + 'static,
 {
-    tokio::spawn(async move {
+    scope.spawn(async move {
         let mut stream = std::pin::pin!(watcher(api, cfg).default_backoff().modify(strip));
         while let Some(e) = stream.next().await {
             match e {
@@ -228,10 +234,13 @@ impl Scheduler {
 
     async fn run(mut self) {
         let (tx, mut rx) = mpsc::channel::<Input>(4096);
+        // The watches stop with this future (leadership lost).
+        let scope = Scope::default();
         let c = &self.client;
         // Finished pods hold no resources: upstream's scheduler watches the same set.
         let pods_cfg = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
         forward(
+            &scope,
             kube::Api::<Pod>::all(c.clone()),
             pods_cfg,
             tx.clone(),
@@ -239,6 +248,7 @@ impl Scheduler {
             |e| Input::Pod(Box::new(e)),
         );
         forward(
+            &scope,
             kube::Api::<Node>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
@@ -246,6 +256,7 @@ impl Scheduler {
             |e| Input::Node(Box::new(e)),
         );
         forward(
+            &scope,
             kube::Api::<Namespace>::all(c.clone()),
             watcher::Config::default(),
             tx.clone(),
@@ -253,12 +264,12 @@ impl Scheduler {
             |e| Input::Namespace(Box::new(e)),
         );
         let stores = Stores {
-            priority_classes: reflect(kube::Api::all(c.clone()), strip::meta),
-            budgets: reflect(kube::Api::all(c.clone()), strip::meta),
-            runtime_classes: reflect(kube::Api::all(c.clone()), strip::meta),
-            services: reflect(kube::Api::all(c.clone()), strip::service),
-            replica_sets: reflect(kube::Api::all(c.clone()), strip::replica_set),
-            stateful_sets: reflect(kube::Api::all(c.clone()), strip::stateful_set),
+            priority_classes: reflect(&scope, kube::Api::all(c.clone()), strip::meta),
+            budgets: reflect(&scope, kube::Api::all(c.clone()), strip::meta),
+            runtime_classes: reflect(&scope, kube::Api::all(c.clone()), strip::meta),
+            services: reflect(&scope, kube::Api::all(c.clone()), strip::service),
+            replica_sets: reflect(&scope, kube::Api::all(c.clone()), strip::replica_set),
+            stateful_sets: reflect(&scope, kube::Api::all(c.clone()), strip::stateful_set),
         };
         tracing::info!(name = %self.cfg.name, identity = %self.cfg.identity, "scheduler started");
         loop {

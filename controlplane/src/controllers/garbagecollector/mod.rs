@@ -165,14 +165,16 @@ pub fn controller(mgr: &Manager) -> Running {
         changes: tx.clone(),
     });
     Box::pin(async move {
+        // The monitors, the graph builder and the workers stop with this future.
+        let scope = crate::leader::Scope::default();
         let monitors = resources.len();
         for (i, r) in resources.into_iter().enumerate() {
-            tokio::spawn(monitor(ctx.client.clone(), i, r, tx.clone()));
+            scope.spawn(monitor(ctx.client.clone(), i, r, tx.clone()));
         }
         // The graph builder: one change at a time.
         let builder = ctx.clone();
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
+        scope.spawn(async move {
             let mut listed = HashSet::new();
             let mut synced_tx = Some(synced_tx);
             while let Some(change) = rx.recv().await {
@@ -204,7 +206,7 @@ pub fn controller(mgr: &Manager) -> Running {
         let workers: Vec<_> = (0..WORKERS)
             .map(|_| {
                 let ctx = ctx.clone();
-                tokio::spawn(async move {
+                scope.spawn(async move {
                     loop {
                         let w = ctx.queue.get().await;
                         process(&ctx, &w).await;
