@@ -28,6 +28,7 @@ pub mod podutil;
 pub mod replicaset;
 pub mod rootcacert;
 pub mod serviceaccount;
+pub mod slowstart;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;

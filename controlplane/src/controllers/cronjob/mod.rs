@@ -176,10 +176,7 @@ async fn sync(cached: &CronJob, ctx: &Ctx) -> Result<Action, SyncError> {
                 }
             }
             Err(e) => {
-                let msg = match &e {
-                    kube::Error::Api(s) => s.message.clone(),
-                    other => other.to_string(),
-                };
+                let msg = super::slowstart::api_message(&e);
                 ctx.recorder
                     .record(
                         &involved,

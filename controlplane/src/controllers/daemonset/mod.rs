@@ -27,6 +27,7 @@ use serde_json::json;
 use super::expectations::Expectations;
 use super::index::OwnerIndex;
 use super::podutil::{controller_owner, is_active};
+use super::slowstart::Creator;
 use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
@@ -174,13 +175,6 @@ fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 async fn sync(ds: &DaemonSet, ctx: &Ctx) -> Result<Action, SyncError> {
     let idle = Action::requeue(Duration::from_secs(600));
     if ds.metadata.deletion_timestamp.is_some() {
@@ -267,8 +261,20 @@ async fn sync(ds: &DaemonSet, ctx: &Ctx) -> Result<Action, SyncError> {
         delete.push(p.clone());
     }
     let mut failure = None;
-    if let Err(e) = create_pods(ds, ctx, &pod_api, &hash, &plan.create_on, &involved).await {
-        failure = Some(e);
+    let creator = Creator {
+        api: &pod_api,
+        owner_uid: &uid,
+        expectations: &ctx.expectations,
+        recorder: &ctx.recorder,
+        involved: &involved,
+    };
+    let new_pods = plan
+        .create_on
+        .iter()
+        .map(|node| reconcile::new_pod(ds, &hash, node))
+        .collect();
+    if let Err(e) = creator.create(new_pods).await {
+        failure = Some(e.to_string());
     }
     for victim in &delete {
         if let Err(e) = delete_pod(ctx, &pod_api, &uid, victim, &involved).await {
@@ -401,60 +407,6 @@ async fn history(ds: &DaemonSet, ctx: &Ctx) -> Result<(String, Vec<Arc<Controlle
     Ok((reconcile::revision_hash(&current), plan.old))
 }
 
-/// Creates a daemon pod for each of `nodes` in batches of 1, 2, 4, ... (upstream's slow start);
-/// returns the first error's message.
-async fn create_pods(
-    ds: &DaemonSet,
-    ctx: &Ctx,
-    api: &kube::Api<Pod>,
-    hash: &str,
-    nodes: &[String],
-    involved: &Involved,
-) -> Result<(), String> {
-    let uid = ds.metadata.uid.clone().unwrap_or_default();
-    let mut rest = nodes;
-    let mut batch = 1usize;
-    while !rest.is_empty() {
-        let n = batch.min(rest.len());
-        let (now, later) = rest.split_at(n);
-        let pp = PostParams::default();
-        let results = futures::future::join_all(now.iter().map(|node| {
-            let pod = reconcile::new_pod(ds, hash, node);
-            let pp = &pp;
-            async move { api.create(pp, &pod).await }
-        }))
-        .await;
-        let mut first_error = None;
-        let mut events = Vec::new();
-        for r in results {
-            match r {
-                Ok(created) => {
-                    let name = created.metadata.name.unwrap_or_default();
-                    ctx.expectations.created(&uid, &name);
-                    events.push((Kind::Normal, "SuccessfulCreate", format!("Created pod: {name}")));
-                }
-                Err(e) => {
-                    let msg = format!("Error creating: {}", api_message(&e));
-                    events.push((Kind::Warning, "FailedCreate", msg.clone()));
-                    first_error.get_or_insert(msg);
-                }
-            }
-        }
-        futures::future::join_all(
-            events
-                .iter()
-                .map(|(kind, reason, msg)| ctx.recorder.record(involved, *kind, reason, "Create", msg)),
-        )
-        .await;
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        rest = later;
-        batch = batch.saturating_mul(2);
-    }
-    Ok(())
-}
-
 async fn delete_pod(
     ctx: &Ctx,
     api: &kube::Api<Pod>,
@@ -493,7 +445,7 @@ async fn delete_pod(
         }
         Err(e) => {
             ctx.expectations.delete_failed(owner, &vuid);
-            let msg = format!("Error deleting: {}", api_message(&e));
+            let msg = format!("Error deleting: {}", super::slowstart::api_message(&e));
             ctx.recorder
                 .record(involved, Kind::Warning, "FailedDelete", "Delete", &msg)
                 .await;

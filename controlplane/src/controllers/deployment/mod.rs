@@ -368,10 +368,7 @@ impl Run<'_> {
                 Err(SyncError::Collision(name))
             }
             Err(e) => {
-                let message = match &e {
-                    kube::Error::Api(s) => s.message.clone(),
-                    other => other.to_string(),
-                };
+                let message = super::slowstart::api_message(&e);
                 if let Some(c) = reconcile::create_failed(self.d, &name, &message, Utc::now()) {
                     let mut status = self.d.status.clone().unwrap_or_default();
                     reconcile::set_condition(&mut status, c.clone());

@@ -35,6 +35,7 @@ use self::reconcile::{Event, Skip, Sync, finished_type, pod_for};
 use super::expectations::{Expectations, TIMEOUT};
 use super::index::OwnerIndex;
 use super::podutil::is_active;
+use super::slowstart::Creator;
 use super::{Failures, Manager, Running, controller_ref, key_of, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
@@ -340,7 +341,22 @@ async fn sync(job: &Job, ctx: &Ctx) -> Result<Action, SyncError> {
         }
         record_delete(ctx, &involved, p, r, &mut first_error).await;
     }
-    let failed_creates = create_pods(&s.job, ctx, &api, &actions.create, &involved, &mut first_error).await;
+    let job_uid = s.job.metadata.uid.clone().unwrap_or_default();
+    let creator = Creator {
+        api: &api,
+        owner_uid: &job_uid,
+        expectations: &ctx.expectations,
+        recorder: &ctx.recorder,
+        involved: &involved,
+    };
+    let new_pods = actions.create.iter().map(|n| pod_for(&s.job, n)).collect();
+    let failed_creates = match creator.create(new_pods).await {
+        Ok(()) => 0,
+        Err(e) => {
+            first_error.get_or_insert(e.source.into());
+            i32::try_from(e.not_created).unwrap_or(i32::MAX)
+        }
+    };
     s.outcome(failed_creates, all_finishing_deleted);
     record_all(ctx, &involved, &actions.events).await;
     // Track: uncounted pods first, then finalizers, then counters and the finish.
@@ -460,69 +476,6 @@ async fn record_delete(
             first_error.get_or_insert(e.into());
         }
     }
-}
-
-/// Creates the pods in batches of 1, 2, 4, ... (upstream's slow start). Returns how many were not
-/// created.
-async fn create_pods(
-    job: &Job,
-    ctx: &Ctx,
-    api: &kube::Api<Pod>,
-    new: &[reconcile::NewPod],
-    involved: &Involved,
-    first_error: &mut Option<SyncError>,
-) -> i32 {
-    let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pp = PostParams::default();
-    let mut rest = new;
-    let mut batch = 1usize;
-    while !rest.is_empty() {
-        let (now, later) = rest.split_at(batch.min(rest.len()));
-        let bodies: Vec<Pod> = now.iter().map(|n| pod_for(job, n)).collect();
-        let results = futures::future::join_all(bodies.iter().map(|b| api.create(&pp, b))).await;
-        let mut failed = 0;
-        for r in results {
-            match r {
-                Ok(created) => {
-                    let name = created.metadata.name.unwrap_or_default();
-                    ctx.expectations.created(&uid, &name);
-                    ctx.recorder
-                        .record(
-                            involved,
-                            Kind::Normal,
-                            "SuccessfulCreate",
-                            "Create",
-                            &format!("Created pod: {name}"),
-                        )
-                        .await;
-                }
-                Err(e) => {
-                    failed += 1;
-                    let msg = match &e {
-                        kube::Error::Api(s) => s.message.clone(),
-                        other => other.to_string(),
-                    };
-                    ctx.recorder
-                        .record(
-                            involved,
-                            Kind::Warning,
-                            "FailedCreate",
-                            "Create",
-                            &format!("Error creating: {msg}"),
-                        )
-                        .await;
-                    first_error.get_or_insert(e.into());
-                }
-            }
-        }
-        if failed > 0 {
-            // Slow start: the rest waits for the next sync.
-            return failed + i32::try_from(later.len()).unwrap_or(i32::MAX);
-        }
-        rest = later;
-        batch *= 2;
-    }
-    0
 }
 
 /// Writes `s.job`'s status (PUT /status with its resourceVersion: a stale cache gets 409 and

@@ -16,13 +16,14 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kcore::labels::{labels_of, selector_matches};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
 use super::expectations::Expectations;
 use super::podutil::{controller_owner, is_active, is_ready, pod_from_template};
+use super::slowstart::Creator;
 use super::{Failures, Manager, Running, controller_ref, retry_after_failure, run_sync};
 use crate::events::{Involved, Kind, Recorder};
 
@@ -137,10 +138,24 @@ async fn sync(rs: &ReplicaSet, ctx: &Ctx) -> Result<Action, SyncError> {
     }
     let involved = Involved::of(rs);
     let mut failure: Option<(&str, String)> = None;
-    if plan.create > 0
-        && let Err(message) = create_pods(rs, ctx, &pod_api, plan.create, &involved).await
-    {
-        failure = Some(("FailedCreate", message));
+    if plan.create > 0 {
+        let template = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.clone())
+            .unwrap_or_default();
+        let prefix = format!("{}-", rs.metadata.name.as_deref().unwrap_or_default());
+        let pod = pod_from_template(&template, &ns, &prefix, owner.clone());
+        let creator = Creator {
+            api: &pod_api,
+            owner_uid: &uid,
+            expectations: &ctx.expectations,
+            recorder: &ctx.recorder,
+            involved: &involved,
+        };
+        if let Err(e) = creator.create(vec![pod; plan.create]).await {
+            failure = Some(("FailedCreate", e.to_string()));
+        }
     }
     for victim in &plan.delete {
         let name = victim.metadata.name.clone().unwrap_or_default();
@@ -201,69 +216,6 @@ async fn patch_pod(api: &kube::Api<Pod>, p: &Pod, patch: &serde_json::Value) -> 
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Creates `n` pods in batches of 1, 2, 4, ... (upstream's slow start): a template that cannot
-/// be created fails fast instead of `n` times. Returns the first error's message.
-async fn create_pods(
-    rs: &ReplicaSet,
-    ctx: &Ctx,
-    api: &kube::Api<Pod>,
-    n: usize,
-    involved: &Involved,
-) -> Result<(), String> {
-    let ns = rs.metadata.namespace.clone().unwrap_or_default();
-    let uid = rs.metadata.uid.clone().unwrap_or_default();
-    let template = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.clone())
-        .unwrap_or_default();
-    let owner = controller_owner("apps/v1", "ReplicaSet", &rs.metadata);
-    let prefix = format!("{}-", rs.metadata.name.as_deref().unwrap_or_default());
-    let pod = pod_from_template(&template, &ns, &prefix, owner);
-    let mut remaining = n;
-    let mut batch = 1usize;
-    while remaining > 0 {
-        let size = batch.min(remaining);
-        let pp = PostParams::default();
-        let results = futures::future::join_all((0..size).map(|_| api.create(&pp, &pod))).await;
-        let mut first_error = None;
-        for r in results {
-            match r {
-                Ok(created) => {
-                    let name = created.metadata.name.unwrap_or_default();
-                    ctx.expectations.created(&uid, &name);
-                    ctx.recorder
-                        .record(
-                            involved,
-                            Kind::Normal,
-                            "SuccessfulCreate",
-                            "Create",
-                            &format!("Created pod: {name}"),
-                        )
-                        .await;
-                }
-                Err(e) => {
-                    let msg = match &e {
-                        kube::Error::Api(s) => s.message.clone(),
-                        other => other.to_string(),
-                    };
-                    let msg = format!("Error creating: {msg}");
-                    ctx.recorder
-                        .record(involved, Kind::Warning, "FailedCreate", "Create", &msg)
-                        .await;
-                    first_error.get_or_insert(msg);
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        remaining -= size;
-        batch *= 2;
-    }
-    Ok(())
 }
 
 async fn write_status(

@@ -114,13 +114,6 @@ async fn reconcile_one(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> Result<Action, S
     run_sync(&ctx.failures, "statefulset", &*set, sync(&set, &ctx)).await
 }
 
-fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -405,7 +398,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
                 }
                 Err(e) if api_code(&e) == Some(409) => {}
                 Err(e) => {
-                    let m = api_message(&e);
+                    let m = super::slowstart::api_message(&e);
                     event(
                         Kind::Warning,
                         "FailedCreate",
@@ -439,7 +432,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
                 }
                 Err(e) if api_code(&e) == Some(409) => {}
                 Err(e) => {
-                    let m = api_message(&e);
+                    let m = super::slowstart::api_message(&e);
                     event(
                         Kind::Warning,
                         "FailedCreate",
@@ -471,7 +464,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
                 }
                 Err(e) if matches!(api_code(&e), Some(404 | 409)) => {}
                 Err(e) => {
-                    let m = api_message(&e);
+                    let m = super::slowstart::api_message(&e);
                     event(
                         Kind::Warning,
                         "FailedDelete",
@@ -500,7 +493,7 @@ async fn run_step(ctx: &Ctx, ns: &str, set: &str, involved: &Involved, step: &St
                 }
                 Err(e) if matches!(api_code(&e), Some(404 | 409)) => {}
                 Err(e) => {
-                    let m = api_message(&e);
+                    let m = super::slowstart::api_message(&e);
                     event(
                         Kind::Warning,
                         "FailedUpdate",
