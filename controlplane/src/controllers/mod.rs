@@ -22,6 +22,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod podstatus;
 pub mod podutil;
