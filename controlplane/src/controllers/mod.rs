@@ -168,6 +168,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         (podgc::NAME, Box::new(|| podgc::controller(&mgr))),
         ("node-ipam-controller", Box::new(|| nodeipam::controller(&mgr))),
         ("disruption-controller", Box::new(|| disruption::controller(&mgr))),
+        (podautoscaler::NAME, Box::new(|| podautoscaler::controller(&mgr))),
         (
             garbagecollector::NAME,
             Box::new(|| garbagecollector::controller(&mgr)),
