@@ -77,10 +77,11 @@ pub fn controller(mgr: &Manager) -> Running {
     });
     // Our own status writes change the HPA too: only new HPAs and spec changes (a new
     // generation) start a pass early; the rest come every sync period.
-    let seen: Mutex<HashMap<String, Option<i64>>> = Mutex::new(HashMap::new());
+    let seen: Arc<Mutex<HashMap<String, Option<i64>>>> = Arc::default();
+    let generations = seen.clone();
     let changed = hpas.subscribe().filter(move |h| {
         let uid = h.metadata.uid.clone().unwrap_or_default();
-        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = generations.lock().unwrap_or_else(|p| p.into_inner());
         let fresh = seen.insert(uid, h.metadata.generation) != Some(h.metadata.generation);
         futures::future::ready(fresh)
     });
@@ -92,6 +93,7 @@ pub fn controller(mgr: &Manager) -> Running {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(uid);
+                seen.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
             }
             futures::future::ready(())
         })
