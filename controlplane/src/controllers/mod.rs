@@ -22,6 +22,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod podstatus;
 pub mod podutil;
@@ -168,6 +169,7 @@ pub async fn run_all(client: kube::Client, cfg: ControllerConfig) {
         (podgc::NAME, Box::new(|| podgc::controller(&mgr))),
         ("node-ipam-controller", Box::new(|| nodeipam::controller(&mgr))),
         ("disruption-controller", Box::new(|| disruption::controller(&mgr))),
+        (podautoscaler::NAME, Box::new(|| podautoscaler::controller(&mgr))),
         (
             garbagecollector::NAME,
             Box::new(|| garbagecollector::controller(&mgr)),

@@ -583,6 +583,28 @@ pub(crate) fn cluster_roles() -> Vec<RoleSpec> {
                 ),
                 Rule::new(&["get"], &["*"], &["*/scale"]),
                 Rule::new(&["get"], &[CORE], &["replicationcontrollers"]),
+                // The horizontal pod autoscaler (upstream's horizontal-pod-autoscaler role).
+                Rule::new(
+                    &["get", "list", "watch"],
+                    &["autoscaling"],
+                    &["horizontalpodautoscalers"],
+                ),
+                Rule::new(
+                    &["update", "patch"],
+                    &["autoscaling"],
+                    &["horizontalpodautoscalers/status"],
+                ),
+                Rule::new(
+                    &["get", "update", "patch"],
+                    &[APPS],
+                    &["deployments/scale", "replicasets/scale", "statefulsets/scale"],
+                ),
+                Rule::new(
+                    &["get", "update", "patch"],
+                    &[CORE],
+                    &["replicationcontrollers/scale"],
+                ),
+                Rule::new(&["get", "list"], &["metrics.k8s.io"], &["pods", "nodes"]),
                 // The garbage collector and the namespace controller (upstream's
                 // generic-garbage-collector and namespace-controller roles): any object.
                 Rule::new(

@@ -1,0 +1,129 @@
+//! The resource metrics API's answer (`metrics.k8s.io/v1beta1` `PodMetricsList`; k8s-openapi
+//! has no metrics types) and the per-pod samples the calculator reads from it (upstream's
+//! `resourceMetricsClient.GetResourceMetric`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::calculator::{PodMetric, PodMetrics, milli_value};
+
+/// `PodMetricsList`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PodMetricsList {
+    #[serde(default)]
+    pub items: Vec<PodMetricsItem>,
+}
+
+/// One pod's `PodMetrics`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PodMetricsItem {
+    pub metadata: ItemMeta,
+    pub timestamp: DateTime<Utc>,
+    /// A Go duration (`30s`, `1m0.5s`).
+    #[serde(default)]
+    pub window: String,
+    #[serde(default)]
+    pub containers: Vec<ContainerMetrics>,
+}
+
+/// The name of the pod sampled.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ItemMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// One container's usage (`cpu`, `memory` quantities).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContainerMetrics {
+    pub name: String,
+    #[serde(default)]
+    pub usage: BTreeMap<String, String>,
+}
+
+/// Why the samples of a resource are not available (upstream's texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsError {
+    #[error("unable to fetch metrics from resource metrics API: {0}")]
+    Fetch(String),
+    #[error("no metrics returned from resource metrics API")]
+    Empty,
+}
+
+/// A Go `time.Duration` string (`30s`, `1m30s`, `1.5s`, `250ms`) as a duration; zero when
+/// malformed.
+pub fn go_duration(s: &str) -> chrono::Duration {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    while !rest.is_empty() {
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(split);
+        let Ok(n) = num.parse::<f64>() else {
+            return chrono::Duration::zero();
+        };
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let scale = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return chrono::Duration::zero(),
+        };
+        total += n * scale;
+        rest = next;
+    }
+    chrono::Duration::milliseconds((total * 1000.0).round() as i64)
+}
+
+/// Each pod's usage of `resource` in milli-units: the sum over its containers, or one
+/// container's. A pod with no containers, or a container without that resource, has no sample.
+pub fn pod_samples(
+    list: &PodMetricsList,
+    resource: &str,
+    container: Option<&str>,
+) -> Result<PodMetrics, MetricsError> {
+    if list.items.is_empty() {
+        return Err(MetricsError::Empty);
+    }
+    let mut out = PodMetrics::new();
+    for item in &list.items {
+        let mut sum = 0i64;
+        let mut missing = item.containers.is_empty();
+        let mut found = container.is_none();
+        for c in &item.containers {
+            if container.is_some_and(|want| want != c.name) {
+                continue;
+            }
+            found = true;
+            match c.usage.get(resource).and_then(|q| milli_value(q)) {
+                Some(v) => sum = sum.saturating_add(v),
+                None => {
+                    missing = true;
+                    break;
+                }
+            }
+        }
+        if !missing && found {
+            out.insert(
+                item.metadata.name.clone(),
+                PodMetric {
+                    timestamp: item.timestamp,
+                    window: go_duration(&item.window),
+                    value: sum,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
