@@ -642,20 +642,6 @@ fn kubelet_tls() -> std::io::Result<Arc<rustls::ServerConfig>> {
     Ok(Arc::new(tls))
 }
 
-/// Raises the soft open-files limit to the hard one (as Go programs do at start): a node
-/// needs a listener and a connection from the API server, and 5,000 nodes pass the usual 1,024.
-fn raise_open_files_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => tracing::debug!(from = soft, to = hard, "open-files limit raised"),
-            Err(e) => tracing::warn!(error = %e, soft, hard, "open-files limit not raised"),
-        },
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "open-files limit unknown"),
-    }
-}
-
 /// Runs the hollow nodes until the process is killed.
 pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     if args.count > 65_536 {
@@ -663,7 +649,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     }
     let labels = parse_labels(&args.labels)?;
     let taints = parse_taints(&args.taints)?;
-    raise_open_files_limit();
+    crate::rlimit::raise_open_files_limit();
     let client = transport::kubeapi::from_kubeconfig(&args.kubeconfig, USER_AGENT).await?;
     let tls = kubelet_tls()?;
     let (listeners, kubelet_ports) = kubelet_listeners(args.count).await?;
