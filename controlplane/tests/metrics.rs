@@ -144,6 +144,16 @@ fn kubectl_top_prints_what_hollow_nodes_report() {
         ],
     );
 
+    // `kubectl get` prints metrics-server's table (a pod's usage summed over its containers).
+    wait_rows(
+        &c,
+        &["get", "pods.metrics.k8s.io", "web"],
+        &[
+            row(&["NAME", "CPU", "MEMORY", "WINDOW"]),
+            row(&["web", "755m", "2Gi", "15s"]),
+        ],
+    );
+
     // The objects in metrics-server's shape.
     let m = raw(&c, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/web");
     assert_eq!(m["kind"], "PodMetrics");
