@@ -5,9 +5,20 @@
 //! (no containers run), and finishes their graceful deletion. Killing the process is losing all
 //! its nodes.
 //!
-//! Nodes advertise only loopback addresses (`127.1.x.y`) and a loopback kubelet endpoint that
-//! answers every request (logs, exec) with a clear error: the API server dials a Node's address
-//! for logs and exec, and nothing in a test may dial off the machine.
+//! Nodes advertise only loopback addresses (`127.1.x.y`), and each node its own kubelet
+//! endpoint on 127.0.0.1 (its own port, in the Node's `daemonEndpoints` and the
+//! `nodeos.dev/kubelet-endpoint` annotation, so the endpoint knows which node is asked): the
+//! API server dials a Node's address for logs, exec and metrics, and nothing in a test may dial
+//! off the machine. The endpoint answers the Summary API (`GET /stats/summary`, what the metrics
+//! API scrapes) and everything else (logs, exec) with a clear error. The process raises its soft
+//! open-files limit to the hard one: every node holds a listener, and the API server keeps a
+//! connection to each node it scrapes.
+//!
+//! Usage is simulated, as kubemark's hollow kubelets do: a Running pod's containers use nothing
+//! unless the pod carries the annotation `hollow.nodeos.dev/usage` (a test knob, only read by
+//! hollow nodes): `{"cpu": "250m", "memory": "64Mi"}` for each container, optionally with
+//! `"containers": {"<name>": {"cpu": .., "memory": ..}}` per container. Annotating a running
+//! pod changes what its node reports; the node's usage is the sum of its pods'.
 //!
 //! A pod may ask to finish: annotation `nodeos.dev/hollow-run-seconds: "N"` makes its containers
 //! exit after N seconds with `nodeos.dev/hollow-exit-code` (default 0), and the pod Succeeded or
@@ -26,6 +37,11 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
+
+use crate::api::metrics::summary::{self, ContainerUsage, PodRef};
+
+/// The pod annotation with the usage hollow nodes report for its containers (test knob).
+pub const USAGE_ANNOTATION: &str = "hollow.nodeos.dev/usage";
 
 /// Options of `controlplane hollow-nodes`.
 #[derive(Debug, Clone, clap::Args)]
@@ -121,10 +137,20 @@ struct Fleet {
     labels: BTreeMap<String, String>,
     taints: Vec<Value>,
     names: Vec<String>,
-    kubelet_port: u16,
+    /// Each node's kubelet endpoint port (on 127.0.0.1).
+    kubelet_ports: Vec<u16>,
     limit: Arc<Semaphore>,
     /// Pods reported, by uid: the status we last wrote (phase).
     reported: Mutex<HashMap<String, String>>,
+    /// Running pods per node (by uid), with their containers' usage: what `/stats/summary` tells.
+    running: std::sync::Mutex<HashMap<usize, BTreeMap<String, RunningPod>>>,
+}
+
+/// A Running pod as the Summary API reports it: containers with CPU nanocores and memory bytes.
+#[derive(Debug, Clone)]
+struct RunningPod {
+    reference: PodRef,
+    containers: Vec<ContainerUsage>,
 }
 
 fn conditions(now: &str) -> Value {
@@ -170,13 +196,13 @@ impl Fleet {
         json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels,
-                "annotations": {crate::api::KUBELET_ENDPOINT_ANNOTATION: format!("127.0.0.1:{}", self.kubelet_port)}},
+                "annotations": {crate::api::KUBELET_ENDPOINT_ANNOTATION: format!("127.0.0.1:{}", self.kubelet_ports[i])}},
             "spec": {"taints": self.taints},
             "status": {
                 "capacity": resources, "allocatable": resources,
                 "addresses": [{"type": "InternalIP", "address": address(i).to_string()}, {"type": "Hostname", "address": name}],
                 "conditions": conditions(&now()),
-                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_ports[i]}},
                 "nodeInfo": {"machineID": format!("hollow-{i}"), "systemUUID": format!("hollow-{i}"), "bootID": format!("hollow-{i}"),
                     "kernelVersion": "hollow", "osImage": "nodeos hollow node", "containerRuntimeVersion": "hollow://0",
                     "kubeletVersion": "v1.32.0-hollow", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
@@ -242,6 +268,104 @@ impl Fleet {
             .patch_status(&self.names[i], &PatchParams::default(), &Patch::Strategic(&patch))
             .await
             .map(drop)
+    }
+
+    /// Follows a pod event: a Running pod bound here (not being deleted) is reported by its
+    /// node's Summary API with its annotated usage; any other is not.
+    fn track(&self, pod: &Pod, deleted: bool) {
+        let Some(i) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| self.index_of(n))
+        else {
+            return;
+        };
+        let meta = &pod.metadata;
+        let Some(uid) = meta.uid.clone() else { return };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let running = !deleted && meta.deletion_timestamp.is_none() && phase == Some("Running");
+        let mut all = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !running {
+            if let Some(pods) = all.get_mut(&i) {
+                pods.remove(&uid);
+            }
+            return;
+        }
+        let names: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+            .collect();
+        let usage = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(USAGE_ANNOTATION))
+            .and_then(|a| {
+                let u = summary::annotated_usage(a, &names);
+                if u.is_none() {
+                    tracing::warn!(pod = ?meta.name, value = %a, "malformed {USAGE_ANNOTATION} annotation; reporting no usage");
+                }
+                u
+            })
+            .unwrap_or_default();
+        let containers = names
+            .into_iter()
+            .map(|c| {
+                let (cpu, mem) = usage.get(&c).copied().unwrap_or((0, 0));
+                (c, cpu, mem)
+            })
+            .collect();
+        let reference = PodRef {
+            name: meta.name.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            uid: uid.clone(),
+        };
+        all.entry(i).or_default().insert(
+            uid,
+            RunningPod {
+                reference,
+                containers,
+            },
+        );
+    }
+
+    /// Node `i`'s kubelet endpoint: the Summary API, and a clear error for everything else.
+    fn answer(
+        &self,
+        i: usize,
+        method: &hyper::Method,
+        path: &str,
+    ) -> (hyper::StatusCode, &'static str, Vec<u8>) {
+        if *method == hyper::Method::GET && path == "/stats/summary" {
+            let pods: Vec<(PodRef, Vec<ContainerUsage>)> = self
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&i)
+                .map(|pods| {
+                    pods.values()
+                        .map(|p| (p.reference.clone(), p.containers.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let s = summary::summary(&self.names[i], &pods, &now());
+            match serde_json::to_vec(&s) {
+                Ok(body) => return (hyper::StatusCode::OK, "application/json", body),
+                Err(e) => {
+                    return (
+                        hyper::StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain",
+                        e.to_string().into_bytes(),
+                    );
+                }
+            }
+        }
+        let msg = format!("hollow nodes run no containers: {path} is not available on a hollow node");
+        (hyper::StatusCode::BAD_REQUEST, "text/plain", msg.into_bytes())
     }
 
     fn index_of(&self, node: &str) -> Option<usize> {
@@ -465,33 +589,57 @@ fn pod_status(pod: &Pod, node: usize, phase: &str, exit_code: i32, started: i64)
     })
 }
 
-/// Answers every request to the hollow kubelet endpoint with a clear error.
-async fn kubelet_endpoint() -> std::io::Result<(u16, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
+/// The kubelet endpoints' listeners, one per node on 127.0.0.1, and their ports.
+async fn kubelet_listeners(count: usize) -> std::io::Result<(Vec<tokio::net::TcpListener>, Vec<u16>)> {
+    let mut listeners = Vec::with_capacity(count);
+    let mut ports = Vec::with_capacity(count);
+    for _ in 0..count {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        ports.push(l.local_addr()?.port());
+        listeners.push(l);
+    }
+    Ok((listeners, ports))
+}
+
+/// Serves node `i`'s kubelet endpoint on `listener` (one self-signed certificate for all).
+fn serve_kubelet(
+    fleet: Arc<Fleet>,
+    i: usize,
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+) {
+    let limits = transport::server::Limits {
+        max_connections: 64,
+        ..transport::server::Limits::default()
+    };
+    tokio::spawn(async move {
+        let serve = transport::server::serve(listener, tls, limits, move |_peer, req| {
+            let fleet = fleet.clone();
+            async move {
+                let (status, ct, body) = fleet.answer(i, req.method(), req.uri().path());
+                let mut resp = hyper::Response::new(transport::body::full(body));
+                *resp.status_mut() = status;
+                resp.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(ct),
+                );
+                resp
+            }
+        });
+        match serve.await {}
+    });
+}
+
+/// The kubelet endpoints' TLS configuration: a self-signed certificate (the API server does
+/// not verify the kubelet's, as without `--kubelet-certificate-authority`).
+fn kubelet_tls() -> std::io::Result<Arc<rustls::ServerConfig>> {
     let key = rcgen::KeyPair::generate().map_err(std::io::Error::other)?;
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
         .and_then(|p| p.self_signed(&key))
         .map_err(std::io::Error::other)?;
     let tls = transport::tls::server_config(&cert.pem(), &key.serialize_pem(), None)
         .map_err(std::io::Error::other)?;
-    let task = tokio::spawn(async move {
-        let serve = transport::server::serve(
-            listener,
-            Arc::new(tls),
-            transport::server::Limits::default(),
-            |_peer, req| async move {
-                let mut resp = hyper::Response::new(transport::body::full(format!(
-                    "hollow nodes run no containers: {} is not available on a hollow node",
-                    req.uri().path()
-                )));
-                *resp.status_mut() = hyper::StatusCode::BAD_REQUEST;
-                resp
-            },
-        );
-        match serve.await {}
-    });
-    Ok((port, task))
+    Ok(Arc::new(tls))
 }
 
 /// Runs the hollow nodes until the process is killed.
@@ -501,8 +649,10 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     }
     let labels = parse_labels(&args.labels)?;
     let taints = parse_taints(&args.taints)?;
+    crate::rlimit::raise_open_files_limit();
     let client = transport::kubeapi::from_kubeconfig(&args.kubeconfig, USER_AGENT).await?;
-    let (kubelet_port, _endpoint) = kubelet_endpoint().await?;
+    let tls = kubelet_tls()?;
+    let (listeners, kubelet_ports) = kubelet_listeners(args.count).await?;
     let names = (0..args.count)
         .map(|i| format!("{}-{i}", args.name_prefix))
         .collect();
@@ -513,9 +663,13 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
         labels,
         taints,
         names,
-        kubelet_port,
+        kubelet_ports,
         reported: Mutex::new(HashMap::new()),
+        running: std::sync::Mutex::new(HashMap::new()),
     });
+    for (i, listener) in listeners.into_iter().enumerate() {
+        serve_kubelet(fleet.clone(), i, listener, tls.clone());
+    }
     // Register every node (in parallel, bounded), then heartbeat.
     let mut tasks = Vec::new();
     for i in 0..args.count {
@@ -578,6 +732,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                fleet.track(&p, false);
                 let bound_here = p
                     .spec
                     .as_ref()
@@ -589,6 +744,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
                 }
             }
             Ok(watcher::Event::Delete(p)) => {
+                fleet.track(&p, true);
                 if let Some(uid) = p.metadata.uid {
                     fleet.reported.lock().await.remove(&uid);
                 }

@@ -15,6 +15,7 @@ pub mod leader;
 pub mod pki;
 #[cfg(any(test, feature = "testing"))]
 pub mod process;
+pub mod rlimit;
 pub mod scheduler;
 pub mod server;
 pub mod storage;

@@ -293,6 +293,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // A connection to each node's kubelet while metrics are scraped.
+    controlplane::rlimit::raise_open_files_limit();
     let mut sans = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),

@@ -287,13 +287,9 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
     started.push(registry.clone());
     let images = dir.join("images");
     write_test_images(&images, &["amd64", "arm64"])?;
-    push_image(
-        &format!("127.0.0.1:{registry_port}"),
-        &images,
-        "busybox:1",
-        "busybox:1",
-        None,
-    )?;
+    for image in ["busybox:1", "layered:1"] {
+        push_image(&format!("127.0.0.1:{registry_port}"), &images, image, image, None)?;
+    }
     // The LAN switch.
     let switch_port = free_udp_port()?;
     let node_ports: Vec<u16> = (0..opts.nodes).map(|_| free_udp_port()).collect::<Result<_>>()?;

@@ -1,7 +1,8 @@
 //! `./build.sh cluster` end to end: `nodeos-vm cluster up --nodes 2` starts a control plane, a
 //! registry and two x86_64 node VMs on a shared LAN; a pod created without `nodeName` is
-//! scheduled to one of them and runs; `cluster node` kills and boots a node again; `cluster down`
-//! stops everything it started.
+//! scheduled to one of them and runs; a Deployment rolls from one image to another; `cluster
+//! node ... kill` (power loss) makes the node's pods Terminating and replaced on the other node
+//! after the tolerations; the node boots again; `cluster down` stops everything it started.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use qemu_tests::devcluster;
-use qemu_tests::guest::guest_busybox;
+use qemu_tests::guest::{REGISTRY_GUEST, guest_busybox};
 use qemu_tests::vm::relay_bin;
 
 fn nodeos_vm(data_dir: &Path, args: &[&str]) -> Result<String> {
@@ -120,17 +121,96 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
             && events.contains(&format!("Successfully assigned default/hello to {node}")),
         "{events}"
     );
-    // Power loss and a new boot of the same node.
-    nodeos_vm(&data, &["node", "node-1", "kill"])?;
+    // A Deployment rolls from one image to another with real containers.
+    let image = |name: &str| format!("{}:{}/{name}", REGISTRY_GUEST.0, REGISTRY_GUEST.1);
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "terminationGracePeriodSeconds": 5,
+                // Shortened tolerations: the lost node's pods are evicted 5 s after its taint.
+                "tolerations": [
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}],
+                "containers": [{"name": "web", "image": guest_busybox(), "command": ["sh", "-c", "sleep 3600"]}]}}},
+    });
+    let file = data.join("web.json");
+    std::fs::write(&file, deployment.to_string())?;
+    kubectl(&kc, &["create", "-f", &file.display().to_string()])?;
+    kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=300s"])?;
+    let layered = image("layered:1");
+    kubectl(
+        &kc,
+        &["set", "image", "deployment/web", &format!("web={layered}")],
+    )?;
+    let rolled = kubectl(&kc, &["rollout", "status", "deployment/web", "--timeout=300s"])?;
+    ensure!(rolled.contains("successfully rolled out"), "{rolled}");
+    let pods = |kc: &Path| {
+        kubectl(
+            kc,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={range .items[*]}{.spec.nodeName},{.spec.containers[0].image},{.status.phase},{.metadata.deletionTimestamp};{end}",
+            ],
+        )
+    };
+    let rows = |text: &str| -> Vec<Vec<String>> {
+        text.split(';')
+            .filter(|r| !r.is_empty())
+            .map(|r| r.split(',').map(str::to_string).collect())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let running = loop {
+        let now = rows(&pods(&kc)?);
+        if now.len() == 2
+            && now
+                .iter()
+                .all(|r| r[1] == layered && r[2] == "Running" && r[3].is_empty())
+        {
+            break now;
+        }
+        ensure!(Instant::now() < deadline, "after the rollout: {now:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    // Power loss of a node holding a pod: after the node-monitor grace period and the
+    // tolerations, its pods are Terminating and replaced on the other node.
+    let victim = running[0][0].clone();
+    let survivor = if victim == "node-0" { "node-1" } else { "node-0" };
+    nodeos_vm(&data, &["node", &victim, "kill"])?;
     let status = nodeos_vm(&data, &["status"])?;
     ensure!(
         status
             .lines()
-            .any(|l| l.starts_with("node-1") && l.ends_with("stopped")),
+            .any(|l| l.starts_with(victim.as_str()) && l.ends_with("stopped")),
         "{status}"
     );
-    nodeos_vm(&data, &["node", "node-1", "start"])?;
-    let serial = data.join("nodes/node-1/serial.log");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let now = rows(&pods(&kc)?);
+        let terminating_on_victim = now.iter().any(|r| r[0] == victim && !r[3].is_empty());
+        let replaced = now
+            .iter()
+            .filter(|r| r[0] == survivor && r[2] == "Running" && r[3].is_empty())
+            .count();
+        if terminating_on_victim && replaced == 2 {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "after {victim} was lost: {now:?}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let events = kubectl(
+        &kc,
+        &["get", "events", "-o", "jsonpath={range .items[*]}{.reason} {end}"],
+    )?;
+    ensure!(events.contains("TaintManagerEviction"), "{events}");
+    // A new boot of the same node.
+    nodeos_vm(&data, &["node", &victim, "start"])?;
+    let serial = data.join(format!("nodes/{victim}/serial.log"));
     let deadline = Instant::now() + Duration::from_secs(300);
     while !std::fs::read_to_string(&serial)
         .unwrap_or_default()
@@ -138,7 +218,7 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
     {
         ensure!(
             Instant::now() < deadline,
-            "node-1 did not boot again; see {}",
+            "{victim} did not boot again; see {}",
             serial.display()
         );
         std::thread::sleep(Duration::from_secs(1));

@@ -17,6 +17,7 @@
 
 mod admission;
 pub(crate) mod authz;
+pub mod metrics;
 pub mod object;
 pub mod output;
 pub mod protobuf;
@@ -65,6 +66,8 @@ pub struct Api {
     pub(crate) agent_client: OnceLock<Result<streams::AgentClient, Arc<streams::AgentTlsError>>>,
     /// The authorizer chain and its RBAC index (fed by every write through `store`).
     pub(crate) authz: Arc<authz::Authz>,
+    /// The resource metrics scraper and its samples (`metrics.k8s.io`).
+    pub(crate) metrics: Arc<metrics::MetricsState>,
 }
 
 impl std::fmt::Debug for Api {
@@ -88,6 +91,7 @@ impl Api {
             watch_cache: Arc::default(),
             pki: None,
             agent_client: OnceLock::new(),
+            metrics: Arc::default(),
         }
     }
 
@@ -411,6 +415,9 @@ impl Api {
         }
         if t.res.is_read_only() {
             return match (&method, t.sub.as_deref()) {
+                (&Method::GET, None) if !query.flag("watch") && t.res.group == metrics::GROUP => {
+                    self.metrics(&t, &query, want).await.map(|v| answer(200, &v))
+                }
                 (&Method::GET, None) if !query.flag("watch") => {
                     self.component_statuses(&t, want).await.map(|v| answer(200, &v))
                 }

@@ -32,7 +32,7 @@ pub const VERBS: &[&str] = &[
     "watch",
 ];
 
-/// The verbs of a computed, read-only resource (componentstatuses).
+/// The verbs of a computed, read-only resource (componentstatuses, `metrics.k8s.io`).
 pub const READ_ONLY: &[&str] = &["get", "list"];
 
 /// A subresource as discovery shows it.
@@ -85,6 +85,12 @@ impl Resource {
 
     pub fn has_subresource(&self, name: &str) -> bool {
         self.subresources.iter().any(|s| s.name == name)
+    }
+
+    /// Whether the resource has a Kubernetes OpenAPI schema (the `metrics.k8s.io` kinds, served
+    /// by metrics-server upstream, have none in k8s-openapi).
+    pub fn has_schema(&self) -> bool {
+        self.group != "metrics.k8s.io"
     }
 
     /// Whether the resource is computed rather than stored (only read: [`READ_ONLY`]).
@@ -700,6 +706,32 @@ pub static RESOURCES: &[Resource] = &[
             }
         ]
     ),
+    // metrics.k8s.io (computed from what nodes report; see `api::metrics`). metrics-server
+    // gives them no singular name.
+    Resource {
+        group: "metrics.k8s.io",
+        version: "v1beta1",
+        plural: "nodes",
+        singular: "",
+        kind: "NodeMetrics",
+        namespaced: false,
+        short_names: NONE,
+        categories: NONE,
+        subresources: &[],
+        verbs: READ_ONLY,
+    },
+    Resource {
+        group: "metrics.k8s.io",
+        version: "v1beta1",
+        plural: "pods",
+        singular: "",
+        kind: "PodMetrics",
+        namespaced: true,
+        short_names: NONE,
+        categories: NONE,
+        subresources: &[],
+        verbs: READ_ONLY,
+    },
 ];
 
 /// Resources also served in an older version: stored and handled in the preferred version (their

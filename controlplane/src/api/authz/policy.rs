@@ -28,6 +28,7 @@ const AUTHZ: &str = "authorization.k8s.io";
 const CERTS: &str = "certificates.k8s.io";
 const COORD: &str = "coordination.k8s.io";
 const RBAC: &str = "rbac.authorization.k8s.io";
+const METRICS: &str = "metrics.k8s.io";
 
 /// A bootstrap ClusterRole.
 #[derive(Debug, Clone)]
@@ -342,6 +343,19 @@ pub(crate) fn cluster_roles() -> Vec<RoleSpec> {
                 ],
             )
         },
+        // metrics-server's role (its manifest installs it; the metrics API is served here):
+        // reading metrics, aggregated into view, edit and admin.
+        RoleSpec {
+            labels: &[
+                ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
+                ("rbac.authorization.k8s.io/aggregate-to-edit", "true"),
+                ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
+            ],
+            ..role(
+                "system:aggregated-metrics-reader",
+                vec![Rule::new(READ, &[METRICS], &["pods", "nodes"])],
+            )
+        },
         role(
             "system:auth-delegator",
             vec![
@@ -535,6 +549,9 @@ pub(crate) fn cluster_roles() -> Vec<RoleSpec> {
                 Rule::new(&["update"], &[CORE], &["pods/finalizers"]),
                 Rule::new(&["get", "update", "patch", "delete"], &[CORE], &["nodes"]),
                 Rule::new(&["update", "patch"], &[CORE], &["nodes/status"]),
+                // The HorizontalPodAutoscaler reads pod metrics (upstream's
+                // `system:controller:horizontal-pod-autoscaler`).
+                Rule::new(&["list"], &[METRICS], &["pods"]),
                 Rule::new(
                     &["get", "create", "update", "patch", "delete"],
                     &[APPS],

@@ -175,4 +175,35 @@ mod tests {
         assert_eq!(scale.map(|s| s["group"].clone()), Some(json!("autoscaling")));
         assert!(resource_list("nope", "v1").is_none());
     }
+
+    #[test]
+    fn metrics_group_is_discovered_read_only() {
+        let groups = legacy_apis();
+        let metrics = groups["groups"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["name"] == "metrics.k8s.io"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            metrics["preferredVersion"],
+            json!({"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"})
+        );
+        let d = aggregated(false);
+        let entry = d["items"]
+            .as_array()
+            .and_then(|i| i.iter().find(|g| g["metadata"]["name"] == "metrics.k8s.io"))
+            .cloned()
+            .unwrap_or_default();
+        let res = &entry["versions"][0]["resources"];
+        assert_eq!(entry["versions"][0]["version"], "v1beta1");
+        assert_eq!(res[0]["resource"], "nodes");
+        assert_eq!(res[0]["responseKind"]["kind"], "NodeMetrics");
+        assert_eq!(res[0]["scope"], "Cluster");
+        assert_eq!(res[1]["resource"], "pods");
+        assert_eq!(res[1]["responseKind"]["kind"], "PodMetrics");
+        assert_eq!(res[1]["scope"], "Namespaced");
+        assert_eq!(res[1]["verbs"], json!(["get", "list"]));
+        let list = resource_list("metrics.k8s.io", "v1beta1").unwrap_or_default();
+        assert_eq!(list["resources"].as_array().map(Vec::len), Some(2));
+    }
 }

@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn every_served_kind_has_a_type() {
-        for r in RESOURCES {
+        for r in RESOURCES.iter().filter(|r| r.has_schema()) {
             assert_ne!(
                 Type::of_kind(&r.api_version(), r.kind),
                 Type::UNKNOWN,

@@ -55,6 +55,27 @@ impl Api {
         Ok((node.to_string(), addr))
     }
 
+    /// GETs `path` from the agent of the Node object `node` (the Summary API for
+    /// [`crate::api::metrics`]): the whole answer, at most `limit` bytes; an agent's error answer
+    /// is an [`ApiError`] as for logs.
+    pub(crate) async fn agent_get(&self, node: &Value, path: &str, limit: usize) -> Result<Bytes, ApiError> {
+        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+        let addr = agent_address(node).ok_or_else(|| {
+            ApiError::bad_request(format!("node {name} has no address to reach its agent at"))
+        })?;
+        let client = self.agent_client()?;
+        let req = http::Request::get(format!("https://{addr}{path}"))
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let resp = agent_send(&client, name, addr, req).await?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(agent_error(name, resp).await);
+        }
+        transport::client::read_body(resp.into_body(), limit)
+            .await
+            .map_err(|e| ApiError::internal(format!("agent of node {name}: {e}")))
+    }
+
     /// The client for agents (built on first use).
     fn agent_client(&self) -> Result<AgentClient, ApiError> {
         self.agent_client
