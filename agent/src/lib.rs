@@ -10,6 +10,7 @@ pub mod node;
 pub mod pods;
 mod server;
 pub mod settings;
+pub mod stats;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -95,6 +96,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .as_ref()
         .and_then(|s| s.control_plane.as_ref())
         .map(|cp| cp.ca_pem.clone());
+    let node_name = settings.as_ref().map(|s| s.node_name.clone()).unwrap_or_default();
     rt.block_on(async {
         if let Some(s) = settings {
             tokio::spawn(node::run(s, cfg.identity_dir.clone()));
@@ -102,7 +104,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(AgentError::Runtime)?;
         tokio::select! {
-            r = serve(cfg, ca_pem) => r,
+            r = serve(cfg, ca_pem, node_name) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())

@@ -1,4 +1,4 @@
-//! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and
+//! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and `/stats/summary`,
 //! `/containerLogs/<namespace>/<pod>/<container>` and `/exec/<namespace>/<pod>/<container>`
 //! (what the API server proxies `pods/log` and `pods/exec` to) for clients with a certificate
 //! from the cluster CA in group `system:masters` (the API server's kubelet client, or an admin). The serving certificate is self-signed, as the
@@ -20,6 +20,7 @@ use transport::server::{Limits, Peer};
 
 use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
+use crate::stats;
 use crate::{AgentConfig, AgentError};
 
 /// A self-signed serving certificate for `names` (the kubelet's default), with client
@@ -52,7 +53,39 @@ fn text(status: u16, body: impl Into<Bytes>) -> Response<Body> {
     resp
 }
 
-async fn handle(peer: Arc<Peer>, req: Request<Incoming>, log_root: Arc<PathBuf>) -> Response<Body> {
+/// What the endpoint's handlers share.
+#[derive(Debug)]
+struct Ctx {
+    log_root: PathBuf,
+    node_name: String,
+    sampler: stats::NodeSampler,
+}
+
+/// `/stats/summary` as JSON.
+async fn summary(ctx: Arc<Ctx>) -> Response<Body> {
+    let made = tokio::task::spawn_blocking(move || {
+        let pods = runtime_api::Client::connect(Path::new(runtime_api::SOCKET))?.list_pod_stats()?;
+        stats::summary(&ctx.node_name, &ctx.sampler, pods)
+    })
+    .await;
+    match made {
+        Ok(Ok(s)) => match serde_json::to_vec(&s) {
+            Ok(body) => {
+                let mut resp = text(200, body);
+                resp.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                resp
+            }
+            Err(e) => text(500, e.to_string()),
+        },
+        Ok(Err(e)) => text(503, e.to_string()),
+        Err(e) => text(500, e.to_string()),
+    }
+}
+
+async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
     let authorized = is_master(&peer);
     if req.uri().path().starts_with("/exec/") {
         if !authorized {
@@ -67,6 +100,15 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, log_root: Arc<PathBuf>)
     if path == "/healthz" {
         return text(200, "ok");
     }
+    if path == "/stats/summary" {
+        if !authorized {
+            return text(
+                403,
+                "forbidden: a client certificate in group system:masters is required",
+            );
+        }
+        return summary(ctx).await;
+    }
     if !path.starts_with("/containerLogs/") {
         return text(404, "not found");
     }
@@ -79,7 +121,7 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, log_root: Arc<PathBuf>)
     let result = async {
         let (ns, pod, container) = logs::parse_path(path)?;
         let opts = LogOptions::parse(req.uri().query())?;
-        let file = logs::find_log(&log_root, ns, pod, container, opts.previous)?;
+        let file = logs::find_log(&ctx.log_root, ns, pod, container, opts.previous)?;
         Ok::<_, LogError>((file, opts))
     }
     .await;
@@ -254,7 +296,7 @@ async fn still_running(file: &Path) -> bool {
 
 /// Serves the agent endpoint until the listener fails. With the cluster CA (`ca_pem`), log
 /// requests from its `system:masters` clients are served; without it only `/healthz`.
-pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>) -> Result<(), AgentError> {
+pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>, node_name: String) -> Result<(), AgentError> {
     let tls = Arc::new(tls_config(&cfg.server_names, ca_pem.as_deref())?);
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -262,10 +304,14 @@ pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>) -> Result<(), Agent
             addr: cfg.listen,
             source,
         })?;
-    let log_root = Arc::new(PathBuf::from(logs::PODS_LOG_ROOT));
+    let ctx = Arc::new(Ctx {
+        log_root: PathBuf::from(logs::PODS_LOG_ROOT),
+        node_name,
+        sampler: stats::NodeSampler::new(cfg.cgroup_root.clone()),
+    });
     tracing::info!(listen = %cfg.listen, "ready");
     match transport::server::serve(listener, tls, Limits::default(), move |peer, req| {
-        handle(peer, req, log_root.clone())
+        handle(peer, req, ctx.clone())
     })
     .await {}
 }

@@ -10,6 +10,7 @@ pub mod labels;
 pub mod qos;
 pub mod quantity;
 pub mod resources;
+pub mod summary;
 pub mod taints;
 pub mod time;
 pub mod url;

@@ -121,6 +121,26 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
             && events.contains(&format!("Successfully assigned default/hello to {node}")),
         "{events}"
     );
+    // The nodes report usage: `kubectl top` through metrics.k8s.io (a CPU rate needs two
+    // scrapes, 15 s apart).
+    let top = wait_for(
+        &kc,
+        &["top", "node", "--no-headers"],
+        |t| {
+            t.lines()
+                .filter(|l| l.starts_with("node-") && l.contains('%'))
+                .count()
+                == 2
+        },
+        Duration::from_secs(90),
+    )?;
+    ensure!(top.lines().all(|l| l.contains("Mi")), "{top}");
+    wait_for(
+        &kc,
+        &["top", "pod", "hello", "--no-headers"],
+        |t| t.starts_with("hello") && t.contains("Mi"),
+        Duration::from_secs(90),
+    )?;
     // A Deployment rolls from one image to another with real containers.
     let image = |name: &str| format!("{}:{}/{name}", REGISTRY_GUEST.0, REGISTRY_GUEST.1);
     let deployment = serde_json::json!({

@@ -49,6 +49,13 @@ pub enum Credentials {
 /// its own in `crate::client`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest wait for a response's head. Without it a request on a connection that died without
+/// a reset (a NAT forgetting it) waits for ever, and with it the loop that sent it. (Seen once
+/// in the two-node VM test: a node agent's pod loop stopped starting pods for minutes while its
+/// lease kept the node Ready; this was the suspected cause, not a proven one.) Watches answer
+/// their head at once, so this bounds them only until they start.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A client for `server` (`https://HOST:PORT`) trusting only `ca_pem`, sending `user_agent`
 /// (the API server names a writer's field manager after it).
 ///
@@ -87,6 +94,7 @@ pub fn client(
     }
     let http = crate::client::http_client::<kube::client::Body>(Some(Arc::new(tls)))?;
     let service = tower::ServiceBuilder::new()
+        .timeout(RESPONSE_TIMEOUT)
         .layer(BaseUriLayer::new(url))
         .map_request(move |mut req: http::Request<kube::client::Body>| {
             for (k, v) in &headers {
