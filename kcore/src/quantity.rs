@@ -65,6 +65,24 @@ pub fn nanos(s: &str) -> Option<u128> {
     parse_scaled(s, 1_000_000_000)
 }
 
+/// The decimal SI suffix of a power of ten (`-9` → `n` ... `18` → `E`), as Kubernetes writes
+/// quantities; None for other exponents.
+pub fn decimal_suffix(exponent: i32) -> Option<&'static str> {
+    Some(match exponent {
+        -9 => "n",
+        -6 => "u",
+        -3 => "m",
+        0 => "",
+        3 => "k",
+        6 => "M",
+        9 => "G",
+        12 => "T",
+        15 => "P",
+        18 => "E",
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use kcore::quantity::decimal_suffix;
+
 /// A decimal mantissa and its power-of-ten exponent in the canonical form: trailing zeros
 /// removed, then the exponent lowered to a multiple of 3.
 fn decimal_canonical(value: u64, exponent: i32) -> (u128, i32) {
@@ -18,22 +20,6 @@ fn decimal_canonical(value: u64, exponent: i32) -> (u128, i32) {
         2 => (m * 100, e - 2),
         _ => (m, e),
     }
-}
-
-fn decimal_suffix(exponent: i32) -> Option<&'static str> {
-    Some(match exponent {
-        -9 => "n",
-        -6 => "u",
-        -3 => "m",
-        0 => "",
-        3 => "k",
-        6 => "M",
-        9 => "G",
-        12 => "T",
-        15 => "P",
-        18 => "E",
-        _ => return None,
-    })
 }
 
 /// `value × 10^exponent` in the decimal SI format.

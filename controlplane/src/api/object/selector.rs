@@ -86,7 +86,11 @@ pub fn parse_label_selector(s: &str) -> Result<Vec<Requirement>, SelectorError> 
 
 /// Whether `labels` (a JSON object or null) satisfies every requirement.
 pub fn labels_match(reqs: &[Requirement], labels: Option<&Value>) -> bool {
-    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    matches_with(reqs, |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+}
+
+/// Whether the labels `get` reads satisfy every requirement.
+pub fn matches_with<'a>(reqs: &[Requirement], get: impl Fn(&str) -> Option<&'a str>) -> bool {
     reqs.iter().all(|r| match r {
         Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
         Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),

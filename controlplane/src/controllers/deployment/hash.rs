@@ -565,20 +565,7 @@ impl Quantity {
                         format!("e{exponent}")
                     }
                 } else {
-                    match exponent {
-                        -9 => "n",
-                        -6 => "u",
-                        -3 => "m",
-                        0 => "",
-                        3 => "k",
-                        6 => "M",
-                        9 => "G",
-                        12 => "T",
-                        15 => "P",
-                        18 => "E",
-                        _ => return None,
-                    }
-                    .to_string()
+                    kcore::quantity::decimal_suffix(exponent)?.to_string()
                 };
                 Some(format!("{amount}{suffix}"))
             }

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::behavior::{History, normalize};
 use super::calculator::{PodMetrics, Timing, Tolerances, milli_value, plain_replicas, resource_replicas};
 use super::metrics::{MetricsError, PodMetricsList, pod_samples};
-use crate::api::object::selector::{Requirement, parse_label_selector};
+use crate::api::object::selector::{Requirement, matches_with, parse_label_selector};
 use crate::events::Kind;
 
 /// CPU utilization the API gives an HPA that names no metric (upstream's
@@ -137,15 +137,7 @@ fn with_counts(
 /// A Go `labels.Selector` over pod labels.
 fn selects(reqs: &[Requirement], pod: &Pod) -> bool {
     let labels = pod.metadata.labels.as_ref();
-    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-    reqs.iter().all(|r| match r {
-        Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
-        Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
-        Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
-        Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
-        Requirement::Exists(k) => get(k).is_some(),
-        Requirement::NotExists(k) => get(k).is_none(),
-    })
+    matches_with(reqs, |k| labels.and_then(|l| l.get(k)).map(String::as_str))
 }
 
 /// The metrics of an HPA, with the API's default when it names none.
