@@ -39,6 +39,18 @@ use crate::api::request::{Query, Target, Want};
 use crate::api::status::ApiError;
 use summary::{NodeSamples, PodUsage, Usage};
 
+/// Why one node was not scraped.
+#[derive(Debug, thiserror::Error)]
+enum ScrapeError {
+    #[error("no summary within {0:?}")]
+    Timeout(Duration),
+    /// The node's answer, or the dial's error, as the API reports it.
+    #[error("{0}")]
+    Node(String),
+    #[error(transparent)]
+    Summary(#[from] summary::SummaryError),
+}
+
 /// The API group served here.
 pub const GROUP: &str = "metrics.k8s.io";
 /// How often nodes are scraped, and the oldest cache a request is answered from.
@@ -229,7 +241,7 @@ impl Api {
         let started = Instant::now();
         let nodes = self.ready_nodes().await?;
         let total = nodes.len();
-        let results: Vec<(String, Result<NodeSamples, String>)> = futures::stream::iter(nodes)
+        let results: Vec<(String, Result<NodeSamples, ScrapeError>)> = futures::stream::iter(nodes)
             .map(|node| async move {
                 let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
                 let got = tokio::time::timeout(
@@ -238,9 +250,9 @@ impl Api {
                 )
                 .await;
                 let r = match got {
-                    Err(_) => Err(format!("no summary within {SCRAPE_TIMEOUT:?}")),
-                    Ok(Err(e)) => Err(e.message),
-                    Ok(Ok(body)) => summary::parse(&name, &body).map_err(|e| e.to_string()),
+                    Err(_) => Err(ScrapeError::Timeout(SCRAPE_TIMEOUT)),
+                    Ok(Err(e)) => Err(ScrapeError::Node(e.message)),
+                    Ok(Ok(body)) => summary::parse(&name, &body).map_err(ScrapeError::from),
                 };
                 (name, r)
             })
