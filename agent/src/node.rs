@@ -322,6 +322,44 @@ pub async fn post_status(client: &kube::Client, name: &str) -> Result<(), JoinEr
     .await
 }
 
+/// How long the agent waits for the control plane to give its Node a pod CIDR.
+const POD_CIDR_WAIT: Duration = Duration::from_secs(30);
+
+/// Hands the runtime the pod CIDR the control plane gave this node (`spec.podCIDR`, from the
+/// node IPAM controller at registration), as the kubelet does through CRI's
+/// `UpdateRuntimeConfig`. Without one within [`POD_CIDR_WAIT`] (a control plane without node
+/// IPAM) pods keep the runtime's default range.
+async fn apply_pod_cidr(client: &kube::Client, name: &str) {
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + POD_CIDR_WAIT;
+    let cidr = loop {
+        let assigned = nodes
+            .get(name)
+            .await
+            .ok()
+            .and_then(|n| n.spec?.pod_cidr)
+            .filter(|c| !c.is_empty());
+        if let Some(c) = assigned {
+            break c;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(node = %name, "no pod CIDR assigned; pods use the runtime's default range");
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let given = cidr.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        runtime_api::Client::connect(Path::new(runtime_api::SOCKET))?.update_runtime_config(&given)
+    })
+    .await;
+    match applied {
+        Ok(Ok(())) => tracing::info!(node = %name, %cidr, "pod CIDR applied"),
+        Ok(Err(e)) => tracing::warn!(node = %name, %cidr, error = %e, "pod CIDR not applied"),
+        Err(e) => tracing::warn!(node = %name, %cidr, error = %e, "pod CIDR not applied"),
+    }
+}
+
 /// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried
 /// with back-off (the control plane may come up after the node).
 pub async fn run(settings: AgentSettings, state_dir: PathBuf) {
@@ -364,14 +402,20 @@ pub async fn run(settings: AgentSettings, state_dir: PathBuf) {
         }
     };
     tracing::info!(node = %name, server = %cp.server, "node registered");
-    tokio::spawn(crate::pods::run(
+    let pods = crate::pods::run(
         client.clone(),
         crate::pods::PodSettings {
             node: name.clone(),
             node_ip: settings.node_ip.clone(),
             insecure_registries: settings.insecure_registries.clone(),
         },
-    ));
+    );
+    let (cidr_client, cidr_node) = (client.clone(), name.clone());
+    tokio::spawn(async move {
+        // Pods get addresses from the node's own range, so the pod loop waits for it.
+        apply_pod_cidr(&cidr_client, &cidr_node).await;
+        pods.await;
+    });
     let mut lease = tokio::time::interval(LEASE_RENEW);
     let mut status = tokio::time::interval(STATUS_UPDATE);
     let mut renewed = 0u64;

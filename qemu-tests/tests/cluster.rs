@@ -197,6 +197,41 @@ fn two_node_cluster_schedules_a_pod() -> Result<()> {
         ensure!(Instant::now() < deadline, "after the rollout: {now:?}");
         std::thread::sleep(Duration::from_secs(1));
     };
+    // Each pod's address is in its node's own pod CIDR (node IPAM → agent → runtime).
+    let cidrs = kubectl(
+        &kc,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.spec.podCIDR} {end}",
+        ],
+    )?;
+    let ips = kubectl(
+        &kc,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName}={.status.podIP} {end}",
+        ],
+    )?;
+    for pair in ips.split_whitespace() {
+        let (node, ip) = pair.split_once('=').context("node=ip")?;
+        let cidr = cidrs
+            .split_whitespace()
+            .find_map(|c| c.strip_prefix(&format!("{node}=")))
+            .with_context(|| format!("no podCIDR for {node}: {cidrs}"))?;
+        let net = cidr
+            .strip_suffix(".0/24")
+            .with_context(|| format!("a /24: {cidr}"))?;
+        ensure!(
+            ip.starts_with(&format!("{net}.")),
+            "pod on {node} has {ip}, outside {cidr}"
+        );
+    }
     // Power loss of a node holding a pod: after the node-monitor grace period and the
     // tolerations, its pods are Terminating and replaced on the other node.
     let victim = running[0][0].clone();

@@ -323,6 +323,13 @@ impl Client {
         }
     }
 
+    /// Hands the runtime the node's pod CIDR (before the first sandbox).
+    pub fn update_runtime_config(&mut self, pod_cidr: &str) -> Result<(), ClientError> {
+        self.expect_ok(&Request::UpdateRuntimeConfig {
+            pod_cidr: pod_cidr.into(),
+        })
+    }
+
     pub fn list_pod_stats(&mut self) -> Result<Vec<PodStats>, ClientError> {
         match self.call(&Request::ListPodStats)? {
             Reply::PodStatsList { items } => Ok(items),

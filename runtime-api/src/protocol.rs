@@ -100,6 +100,11 @@ pub enum Request {
     },
     /// Every ready sandbox's stats.
     ListPodStats,
+    /// The node's pod CIDR (CRI's `UpdateRuntimeConfig`): sandboxes take their addresses from
+    /// it. Refused (`Conflict`) once the pod network is up on another one.
+    UpdateRuntimeConfig {
+        pod_cidr: String,
+    },
 }
 
 /// Replies.

@@ -31,7 +31,7 @@ impl Cidr {
     pub fn parse(s: &str) -> Option<Self> {
         let (a, p) = s.split_once('/')?;
         let prefix: u8 = p.parse().ok()?;
-        (prefix <= 30).then_some(())?;
+        (1..=30).contains(&prefix).then_some(())?;
         let addr: Ipv4Addr = a.parse().ok()?;
         let mask = u32::MAX << (32 - prefix);
         Some(Cidr {
@@ -48,6 +48,12 @@ impl Cidr {
 
     pub fn gateway(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.addr) + 1)
+    }
+
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = u32::MAX << (32 - self.prefix);
+        u32::from(ip) & mask == u32::from(self.addr)
     }
 
     /// The lowest host address from .2 on that is not in `used`.
@@ -128,6 +134,16 @@ pub fn detach(sandbox_id: &str) -> Result<(), NetlinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cidr_membership_and_bad_prefixes() {
+        let c = Cidr::parse("10.244.3.0/24").expect("cidr");
+        assert!(c.contains(Ipv4Addr::new(10, 244, 3, 200)));
+        assert!(!c.contains(Ipv4Addr::new(10, 244, 0, 2)));
+        for bad in ["10.0.0.0/0", "10.0.0.0/31", "10.0.0.0/33", "10.0.0.0", "x/24"] {
+            assert_eq!(Cidr::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn cidr_allocation() {

@@ -77,6 +77,10 @@ impl Default for Options {
     }
 }
 
+/// Where the pod CIDR set by the agent is kept for the runtime's next start (under the state
+/// dir).
+const POD_CIDR_FILE: &str = "pod-cidr";
+
 /// The runtime's state and operations (the poll loop lives in [`serve`]).
 pub struct Runtime {
     opts: Options,
@@ -123,6 +127,14 @@ impl Runtime {
             &pause_root,
         ] {
             fs::create_dir_all(d).map_err(errors::io_ctx(d.display().to_string()))?;
+        }
+        let mut opts = opts;
+        // The pod CIDR the agent gave an earlier run of this process (kept in the tmpfs state).
+        if let Some(cidr) = fs::read_to_string(opts.state_dir.join(POD_CIDR_FILE))
+            .ok()
+            .and_then(|s| crate::net::Cidr::parse(s.trim()))
+        {
+            opts.pod_cidr = cidr;
         }
         let tree = Tree::new(&opts.cgroup_root);
         let (cpu, mem) = state::node_capacity();
@@ -248,6 +260,7 @@ impl Runtime {
             Request::ListPodStats => Ok(Reply::PodStatsList {
                 items: self.list_pod_stats(),
             }),
+            Request::UpdateRuntimeConfig { pod_cidr } => self.set_pod_cidr(&pod_cidr).map(|()| Reply::Ok),
         };
         Some(r.unwrap_or_else(|e| Reply::Error(e.to_reply())))
     }

@@ -152,6 +152,39 @@ impl Runtime {
         Ok((pid, pidfd, ip))
     }
 
+    /// Takes the node's pod CIDR: sandboxes made from now on get addresses in it. Refused while
+    /// the pod bridge is up on another network or a sandbox holds an address outside it (the
+    /// running pods keep theirs; a node changes its CIDR by rebooting).
+    pub fn set_pod_cidr(&mut self, pod_cidr: &str) -> Result<(), RuntimeError> {
+        let cidr = net::Cidr::parse(pod_cidr).ok_or_else(|| {
+            RuntimeError::Invalid(format!("invalid pod CIDR {pod_cidr:?} (want a.b.c.d/8..30)"))
+        })?;
+        if cidr == self.opts.pod_cidr {
+            return Ok(());
+        }
+        if self.bridge.is_some() {
+            return Err(RuntimeError::Conflict(format!(
+                "the pod network is up on {}; {cidr} applies after a reboot",
+                self.opts.pod_cidr
+            )));
+        }
+        if let Some(ip) = self
+            .sandboxes
+            .values()
+            .filter_map(|s| s.rec.status.ip.as_deref()?.parse::<std::net::Ipv4Addr>().ok())
+            .find(|ip| !cidr.contains(*ip))
+        {
+            return Err(RuntimeError::Conflict(format!(
+                "a sandbox holds {ip}, outside {cidr}"
+            )));
+        }
+        let file = self.opts.state_dir.join(super::POD_CIDR_FILE);
+        fs::write(&file, cidr.to_string()).map_err(io_ctx(file.display().to_string()))?;
+        tracing::info!(from = %self.opts.pod_cidr, to = %cidr, "pod CIDR set");
+        self.opts.pod_cidr = cidr;
+        Ok(())
+    }
+
     /// The pod bridge, created on first use: its kernel module loads in the background after
     /// boot, so this waits (up to 30 s) for init's "modules done" marker first.
     fn ensure_bridge(&mut self) -> Result<u32, RuntimeError> {
@@ -319,6 +352,24 @@ fn prepare_pause_root(root: &Path) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pod_cidr_is_taken_checked_and_kept_for_the_next_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut rt = crate::server::test_runtime(dir.path());
+        rt.set_pod_cidr("10.244.7.0/24").expect("taken");
+        assert_eq!(rt.opts.pod_cidr.to_string(), "10.244.7.0/24");
+        let e = rt.set_pod_cidr("10.244.7.0").expect_err("no prefix");
+        assert!(matches!(e, RuntimeError::Invalid(_)), "{e}");
+        // Once the bridge is up, another network waits for a reboot; the same one is fine.
+        rt.bridge = Some(7);
+        rt.set_pod_cidr("10.244.7.0/24").expect("unchanged");
+        let e = rt.set_pod_cidr("10.244.8.0/24").expect_err("bridge up");
+        assert!(matches!(e, RuntimeError::Conflict(_)), "{e}");
+        drop(rt);
+        let again = crate::server::test_runtime(dir.path());
+        assert_eq!(again.opts.pod_cidr.to_string(), "10.244.7.0/24");
+    }
 
     #[test]
     fn sandbox_requests_that_would_leave_their_directories_are_refused() {
