@@ -1,0 +1,452 @@
+//! What the runtime is asked for one container or sandbox: the configs built from the typed pod,
+//! the image made present per `imagePullPolicy` (docs/SEEDS-SPEC.md §4.14), and the texts of the
+//! kubelet's image events.
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use runtime_api::{
+    Client, ClientError, ContainerConfig, Dns, ErrorKind, PodResources, PullPolicy, QosClass, Resources,
+    SandboxConfig,
+};
+
+use super::events::Event;
+
+/// Why a start failed: the waiting reason the container shows and its message.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    InvalidImageName(ClientError),
+    #[error("Container image \"{image}\" is not present with pull policy of Never")]
+    NeverPull { image: String },
+    #[error(transparent)]
+    ImagePull(ClientError),
+    #[error(transparent)]
+    RuntimeUnavailable(ClientError),
+    #[error(transparent)]
+    CreateContainer(ClientError),
+    #[error(transparent)]
+    StartContainer(ClientError),
+}
+
+impl StartError {
+    /// The kubelet's waiting reason for this failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StartError::InvalidImageName(_) => "InvalidImageName",
+            StartError::NeverPull { .. } => "ErrImageNeverPull",
+            StartError::ImagePull(_) => "ErrImagePull",
+            StartError::RuntimeUnavailable(_) => "RuntimeUnavailable",
+            StartError::CreateContainer(_) => "CreateContainerError",
+            StartError::StartContainer(_) => "RunContainerError",
+        }
+    }
+}
+
+/// What a pod start needs to know about the node.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub node: String,
+    pub node_ip: Option<String>,
+    /// Registries reached over plain HTTP, for the runtime's pulls.
+    pub insecure_registries: Vec<String>,
+    /// The machine's memory (bytes), for Burstable `oom_score_adj`.
+    pub memory: u64,
+}
+
+fn milli(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
+    q.and_then(|q| kcore::quantity::cpu_milli(&q.0))
+}
+
+fn bytes(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
+    q.and_then(|q| kcore::quantity::bytes(&q.0))
+}
+
+fn resources(c: &Container) -> Resources {
+    let r = c.resources.as_ref();
+    let req = r.and_then(|r| r.requests.as_ref());
+    let lim = r.and_then(|r| r.limits.as_ref());
+    Resources {
+        cpu_request: milli(req.and_then(|m| m.get("cpu"))),
+        cpu_limit: milli(lim.and_then(|m| m.get("cpu"))),
+        memory_request: bytes(req.and_then(|m| m.get("memory"))),
+        memory_limit: bytes(lim.and_then(|m| m.get("memory"))),
+    }
+}
+
+/// The node's own nameservers (pods get them: there is no cluster DNS yet).
+fn node_dns() -> Dns {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    Dns {
+        servers: text
+            .lines()
+            .filter_map(|l| l.strip_prefix("nameserver "))
+            .map(|s| s.trim().to_string())
+            .collect(),
+        ..Dns::default()
+    }
+}
+
+/// The pod slice's parent and values, as kcore decides them for every node of the cluster.
+pub fn pod_resources(pod: &Pod) -> PodResources {
+    let cg = kcore::qos::pod_cgroup(pod);
+    PodResources {
+        qos: match cg.qos {
+            kcore::qos::QosClass::Guaranteed => QosClass::Guaranteed,
+            kcore::qos::QosClass::Burstable => QosClass::Burstable,
+            kcore::qos::QosClass::BestEffort => QosClass::BestEffort,
+        },
+        cpu_request_milli: cg.cpu_request_milli,
+        cpu_limit_milli: cg.cpu_limit_milli,
+        memory_limit: cg.memory_limit,
+    }
+}
+
+/// The sandbox of `pod`, attempt `attempt`.
+pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
+    let m = &pod.metadata;
+    let (ns, name, uid) = (
+        m.namespace.clone().unwrap_or_else(|| "default".into()),
+        m.name.clone().unwrap_or_default(),
+        m.uid.clone().unwrap_or_default(),
+    );
+    let spec = pod.spec.as_ref();
+    SandboxConfig {
+        log_directory: Some(PathBuf::from(format!("/var/log/pods/{ns}_{name}_{uid}"))),
+        hostname: spec.and_then(|s| s.hostname.clone()),
+        share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
+        name,
+        namespace: ns,
+        uid,
+        attempt,
+        dns: node_dns(),
+        resources: pod_resources(pod),
+        ..SandboxConfig::default()
+    }
+}
+
+/// An env var from a `fieldRef` the agent knows (`metadata.*`, `spec.*`, `status.*IP`).
+fn field_ref(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Option<String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    match path {
+        "metadata.name" => m.name.clone(),
+        "metadata.namespace" => m.namespace.clone(),
+        "metadata.uid" => m.uid.clone(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
+        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
+        "status.hostIP" => node.node_ip.clone(),
+        "status.podIP" => pod_ip.map(str::to_string),
+        _ => {
+            let (map, key) = if let Some(rest) = path.strip_prefix("metadata.labels['") {
+                (m.labels.as_ref(), rest.strip_suffix("']")?)
+            } else {
+                (
+                    m.annotations.as_ref(),
+                    path.strip_prefix("metadata.annotations['")?.strip_suffix("']")?,
+                )
+            };
+            map?.get(key).cloned()
+        }
+    }
+}
+
+/// The runtime's config for container `c` of `pod`, its `restarts`-th start.
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    restarts: u32,
+    node: &NodeFacts,
+    pod_ip: Option<&str>,
+) -> ContainerConfig {
+    let mut env = Vec::new();
+    for e in c.env.iter().flatten() {
+        let v = match (&e.value, e.value_from.as_ref().and_then(|f| f.field_ref.as_ref())) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(f)) => field_ref(pod, &f.field_path, node, pod_ip),
+            (None, None) => None,
+        };
+        if let Some(v) = v {
+            env.push(format!("{}={v}", e.name));
+        }
+    }
+    let sc = c.security_context.as_ref();
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let id = |own: Option<i64>, pod: Option<i64>| own.or(pod).and_then(|u| u32::try_from(u).ok());
+    ContainerConfig {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        env,
+        working_dir: c.working_dir.clone(),
+        run_as_user: id(sc.and_then(|s| s.run_as_user), psc.and_then(|s| s.run_as_user)),
+        run_as_group: id(sc.and_then(|s| s.run_as_group), psc.and_then(|s| s.run_as_group)),
+        resources: resources(c),
+        oom_score_adj: kcore::qos::container_oom_score_adj(pod, c, node.memory),
+        read_only_root_filesystem: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        no_new_privileges: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        log_path: Some(format!("{}/{restarts}.log", c.name)),
+        ..ContainerConfig::default()
+    }
+}
+
+/// Makes sure the container's image is on the node per its pull policy, through the runtime.
+pub fn ensure_image(
+    rt: &mut Client,
+    c: &Container,
+    insecure_registries: &[String],
+    events: &mut Vec<Event>,
+) -> Result<(), StartError> {
+    let image = c.image.as_deref().unwrap_or_default();
+    let tagged = image
+        .rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(':') || last.contains('@'));
+    let latest = !tagged || image.ends_with(":latest");
+    let policy = c
+        .image_pull_policy
+        .as_deref()
+        .unwrap_or(if latest { "Always" } else { "IfNotPresent" });
+    let present = rt
+        .image_status(image)
+        .map_err(|e| match e.kind() {
+            ErrorKind::Invalid => StartError::InvalidImageName(e),
+            _ => StartError::RuntimeUnavailable(e),
+        })?
+        .is_some();
+    let name = c.name.as_str();
+    match policy {
+        "Never" if !present => Err(StartError::NeverPull { image: image.into() }),
+        "IfNotPresent" | "Never" if present => {
+            events.push(Event::normal(
+                "Pulled",
+                name,
+                format!(
+                    "Container image \"{image}\" already present on machine and can be accessed by the pod"
+                ),
+            ));
+            Ok(())
+        }
+        _ => {
+            events.push(Event::normal(
+                "Pulling",
+                name,
+                format!("Pulling image \"{image}\""),
+            ));
+            let pull = if policy == "Always" {
+                PullPolicy::Always
+            } else {
+                PullPolicy::IfNotPresent
+            };
+            match rt.pull_image(image, pull, None, insecure_registries.to_vec()) {
+                Ok(_) => {
+                    events.push(Event::normal(
+                        "Pulled",
+                        name,
+                        format!("Successfully pulled image \"{image}\""),
+                    ));
+                    Ok(())
+                }
+                Err(e) => {
+                    events.push(Event::warning(
+                        "Failed",
+                        name,
+                        format!("Failed to pull image \"{image}\": {e}"),
+                    ));
+                    Err(StartError::ImagePull(e))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use serde_json::Value;
+
+    /// A runtime that answers each request line with the next canned reply.
+    fn fake_runtime(replies: Vec<&'static str>) -> Client {
+        use std::io::{BufRead, BufReader, Write};
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        std::thread::spawn(move || {
+            let mut w = theirs.try_clone().expect("clone");
+            let mut lines = BufReader::new(theirs).lines();
+            for reply in replies {
+                if lines.next().is_none() {
+                    break;
+                }
+                // One reply a line: the canned texts may be written over several lines.
+                let line = serde_json::from_str::<Value>(reply)
+                    .expect("canned reply")
+                    .to_string();
+                let _ = w.write_all(line.as_bytes()).and_then(|()| w.write_all(b"\n"));
+            }
+        });
+        Client::from_stream(ours)
+    }
+
+    const PRESENT: &str = r#"{"result":"imageStatus","image":{"reference":"docker.io/library/busybox:1",
+        "id":"sha256:c","digest":"sha256:m","size":1}}"#;
+    const ABSENT: &str = r#"{"result":"imageStatus","image":null}"#;
+
+    fn with_policy(image: &str, policy: Option<&str>) -> Container {
+        Container {
+            name: "main".into(),
+            image: Some(image.into()),
+            image_pull_policy: policy.map(str::to_string),
+            ..Container::default()
+        }
+    }
+
+    #[test]
+    fn image_failures_keep_the_kubelet_reasons_and_texts() {
+        let mut events = Vec::new();
+        let never = with_policy("busybox:1", Some("Never"));
+        let e = ensure_image(&mut fake_runtime(vec![ABSENT]), &never, &[], &mut events).expect_err("absent");
+        assert_eq!(e.reason(), "ErrImageNeverPull");
+        assert_eq!(
+            e.to_string(),
+            r#"Container image "busybox:1" is not present with pull policy of Never"#
+        );
+        let bad = with_policy("not a reference", None);
+        let invalid =
+            r#"{"result":"error","kind":"Invalid","message":"invalid image reference \"not a reference\""}"#;
+        let e = ensure_image(&mut fake_runtime(vec![invalid]), &bad, &[], &mut events).expect_err("invalid");
+        assert_eq!(e.reason(), "InvalidImageName");
+        assert_eq!(e.to_string(), r#"invalid image reference "not a reference""#);
+        assert!(events.is_empty(), "{events:?}");
+        let down =
+            r#"{"result":"error","kind":"Unavailable","message":"connecting to 10.0.2.100:5000: refused"}"#;
+        let e = ensure_image(
+            &mut fake_runtime(vec![ABSENT, down]),
+            &with_policy("busybox:1", Some("IfNotPresent")),
+            &[],
+            &mut events,
+        )
+        .expect_err("registry down");
+        assert_eq!(e.reason(), "ErrImagePull");
+        let texts: Vec<(&str, &str)> = events.iter().map(|e| (e.reason, e.message.as_str())).collect();
+        assert_eq!(
+            texts,
+            [
+                ("Pulling", r#"Pulling image "busybox:1""#),
+                (
+                    "Failed",
+                    r#"Failed to pull image "busybox:1": connecting to 10.0.2.100:5000: refused"#
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn images_present_or_pulled_through_the_runtime() {
+        let mut events = Vec::new();
+        ensure_image(
+            &mut fake_runtime(vec![PRESENT]),
+            &with_policy("busybox:1", Some("IfNotPresent")),
+            &[],
+            &mut events,
+        )
+        .expect("present");
+        let pulled = r#"{"result":"image","image":{"reference":"docker.io/library/busybox:1",
+            "id":"sha256:c","digest":"sha256:m","size":1}}"#;
+        // Without a policy, an untagged image is pulled every time (the API's default: Always).
+        ensure_image(
+            &mut fake_runtime(vec![PRESENT, pulled]),
+            &with_policy("busybox", None),
+            &["10.0.2.100:5000".into()],
+            &mut events,
+        )
+        .expect("pulled");
+        let texts: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                r#"Container image "busybox:1" already present on machine and can be accessed by the pod"#,
+                r#"Pulling image "busybox""#,
+                r#"Successfully pulled image "busybox""#,
+            ]
+        );
+    }
+
+    fn node() -> NodeFacts {
+        NodeFacts {
+            node: "n1".into(),
+            node_ip: Some("10.0.2.15".into()),
+            insecure_registries: vec![],
+            memory: 8 << 30,
+        }
+    }
+
+    #[test]
+    fn qos_and_oom_scores_go_to_the_runtime_as_numbers() {
+        let q = |s: &str| Quantity(s.into());
+        let main = Container {
+            name: "main".into(),
+            image: Some("busybox".into()),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".into(), q("1")), ("memory".into(), q("1Gi"))].into()),
+                limits: Some([("cpu".into(), q("1000m")), ("memory".into(), q("1Gi"))].into()),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![main.clone()],
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(
+            pod_resources(&pod),
+            PodResources {
+                qos: QosClass::Guaranteed,
+                cpu_request_milli: 1000,
+                cpu_limit_milli: Some(1000),
+                memory_limit: Some(1 << 30),
+            },
+            "1 and 1000m are equal: Guaranteed, as the API server says"
+        );
+        let cfg = container_config(&pod, &main, 0, &node(), None);
+        assert_eq!(cfg.oom_score_adj, -997);
+        assert_eq!(cfg.resources.cpu_limit, Some(1000));
+        assert_eq!(cfg.log_path.as_deref(), Some("main/0.log"));
+    }
+
+    #[test]
+    fn env_from_values_and_the_downward_fields() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u1", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "busybox", "env": [
+                {"name": "A", "value": "1"},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            ]}]},
+        }))
+        .expect("pod");
+        let c = &pod.spec.as_ref().expect("spec").containers[0];
+        let cfg = container_config(&pod, c, 3, &node(), Some("10.244.1.5"));
+        assert_eq!(
+            cfg.env,
+            [
+                "A=1",
+                "POD=web",
+                "NS=prod",
+                "NODE=n1",
+                "IP=10.244.1.5",
+                "HOST=10.0.2.15",
+                "APP=web"
+            ]
+        );
+        assert_eq!(cfg.log_path.as_deref(), Some("main/3.log"));
+    }
+}

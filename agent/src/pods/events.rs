@@ -1,0 +1,156 @@
+//! The kubelet's Events about a pod and its containers (docs/SEEDS-SPEC.md §4.18, Appendix B),
+//! with `source.component: kubelet` and the container as the `fieldPath`.
+
+use k8s_openapi::api::core::v1::{Event as ApiEvent, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+
+use super::status::time;
+
+/// One event about a pod (or one of its containers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub reason: &'static str,
+    pub warning: bool,
+    pub message: String,
+    /// The container's name; its `fieldPath` says whether it is an init container.
+    pub container: Option<String>,
+}
+
+impl Event {
+    pub fn normal(reason: &'static str, container: &str, message: String) -> Self {
+        Event {
+            reason,
+            warning: false,
+            message,
+            container: Some(container.into()),
+        }
+    }
+
+    pub fn warning(reason: &'static str, container: &str, message: String) -> Self {
+        Event {
+            warning: true,
+            ..Event::normal(reason, container, message)
+        }
+    }
+
+    /// An event about the pod itself.
+    pub fn pod(reason: &'static str, warning: bool, message: String) -> Self {
+        Event {
+            reason,
+            warning,
+            message,
+            container: None,
+        }
+    }
+}
+
+/// `spec.containers{main}` or `spec.initContainers{init}`.
+fn field_path(pod: &Pod, container: &str) -> String {
+    let init = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .any(|c| c.name == container);
+    let list = if init { "initContainers" } else { "containers" };
+    format!("spec.{list}{{{container}}}")
+}
+
+/// The API object for `ev`.
+fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
+    let m = &pod.metadata;
+    let ns = m.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = m.name.clone().unwrap_or_default();
+    let now = std::time::SystemTime::now();
+    ApiEvent {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some(ns.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name),
+            namespace: Some(ns),
+            uid: m.uid.clone(),
+            field_path: ev.container.as_deref().map(|c| field_path(pod, c)),
+            ..ObjectReference::default()
+        },
+        reason: Some(ev.reason.into()),
+        message: Some(ev.message.clone()),
+        type_: Some(if ev.warning { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some(node.into()),
+        }),
+        first_timestamp: Some(time(now)),
+        last_timestamp: Some(time(now)),
+        event_time: None::<MicroTime>,
+        count: Some(1),
+        reporting_component: Some("kubelet".into()),
+        reporting_instance: Some(node.into()),
+        ..ApiEvent::default()
+    }
+}
+
+/// Posts events about `pod`; failures are logged (events are best effort, as in the kubelet).
+pub async fn post(client: &kube::Client, node: &str, pod: &Pod, events: Vec<Event>) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
+    for ev in events {
+        if let Err(e) = api
+            .create(&PostParams::default(), &api_event(pod, node, &ev))
+            .await
+        {
+            tracing::debug!(error = %e, reason = ev.reason, "event not recorded");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    #[test]
+    fn init_containers_are_named_by_their_list() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                init_containers: Some(vec![Container {
+                    name: "setup".into(),
+                    ..Container::default()
+                }]),
+                containers: vec![Container {
+                    name: "main".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        let ev = api_event(&pod, "n1", &Event::warning("BackOff", "setup", "m".into()));
+        assert_eq!(
+            ev.involved_object.field_path.as_deref(),
+            Some("spec.initContainers{setup}")
+        );
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        assert_eq!(ev.source.and_then(|s| s.component).as_deref(), Some("kubelet"));
+        let ev = api_event(
+            &pod,
+            "n1",
+            &Event::normal("Started", "main", "Container started".into()),
+        );
+        assert_eq!(
+            ev.involved_object.field_path.as_deref(),
+            Some("spec.containers{main}")
+        );
+        assert_eq!(ev.metadata.generate_name.as_deref(), Some("web."));
+    }
+}

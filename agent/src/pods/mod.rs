@@ -1,0 +1,190 @@
+//! Pod workers: the pods bound to this node run through the node's runtime process, and their
+//! status is written back (docs/SEEDS-SPEC.md §4, NODE-1).
+//!
+//! The pods come from a watch (`fieldSelector=spec.nodeName=<node>`, kube's watcher); the
+//! runtime's sandboxes and containers from a relist every [`RELIST`] (the kubelet's PLEG). Each
+//! pod has one worker task (`worker.rs`) that wakes on a change of either, or when a back-off
+//! ends. Its decisions are pure functions over typed objects: what to do next in `plan.rs`, the
+//! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
+//! Sandboxes of pods the API no longer has are removed once the first list is in.
+//!
+//! Not yet: probes, lifecycle hooks, volumes, env from ConfigMaps/Secrets, node admission.
+
+mod backoff;
+mod container;
+mod events;
+mod plan;
+mod status;
+mod worker;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use worker::{Ctx, Snapshot, Worker, blocking, runtime};
+
+/// How often the runtime's state is listed (the kubelet's PLEG relists every second).
+pub const RELIST: Duration = Duration::from_secs(1);
+
+/// What the pod workers need to know about the node.
+#[derive(Debug, Clone)]
+pub struct PodSettings {
+    pub node: String,
+    pub node_ip: Option<String>,
+    /// Registries reached over plain HTTP.
+    pub insecure_registries: Vec<String>,
+}
+
+/// The runtime's sandboxes and containers (None when the runtime cannot be reached).
+async fn relist() -> Option<Snapshot> {
+    let taken = Instant::now();
+    let listed = blocking(|| {
+        let mut rt = runtime()?;
+        Ok::<_, runtime_api::ClientError>((rt.list_sandboxes()?, rt.list_containers()?))
+    })
+    .await?;
+    match listed {
+        Ok((sandboxes, containers)) => Some(Snapshot {
+            taken,
+            sandboxes,
+            containers: containers.into_iter().map(|c| (c.id.clone(), c)).collect(),
+        }),
+        Err(e) => {
+            tracing::debug!(error = %e, "runtime relist failed");
+            None
+        }
+    }
+}
+
+/// Publishes a fresh snapshot every [`RELIST`].
+async fn pleg(tx: watch::Sender<Option<Arc<Snapshot>>>) {
+    let mut tick = tokio::time::interval(RELIST);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Some(s) = relist().await
+            && tx.send(Some(Arc::new(s))).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The pod workers by pod uid: the sender of the pod's latest version (None once it is gone).
+type Workers = BTreeMap<String, watch::Sender<Option<Arc<Pod>>>>;
+
+/// Runs this node's pods forever.
+pub async fn run(client: kube::Client, settings: PodSettings) {
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        node: container::NodeFacts {
+            node: settings.node.clone(),
+            node_ip: settings.node_ip.clone(),
+            insecure_registries: settings.insecure_registries.clone(),
+            memory: crate::node::memory_capacity(),
+        },
+    });
+    let (snap_tx, snap_rx) = watch::channel(None);
+    tokio::spawn(pleg(snap_tx));
+    let api: kube::Api<Pod> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={}", settings.node));
+    let mut stream = watcher::watcher(api, config).boxed();
+    let mut workers = Workers::new();
+    // The uids of the list in progress; None between lists.
+    let mut listing: Option<BTreeSet<String>> = None;
+    let mut listed_once = false;
+    let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        let event = tokio::select! {
+            e = stream.next() => e,
+            _ = sweep.tick() => {
+                if listed_once {
+                    remove_orphans(&workers, &snap_rx).await;
+                }
+                continue;
+            }
+        };
+        let Some(event) = event else {
+            tracing::error!("the pod watch ended");
+            return;
+        };
+        match event {
+            Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
+            Ok(watcher::Event::InitApply(pod)) => {
+                if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
+                    seen.insert(uid);
+                }
+                apply(&mut workers, &ctx, &snap_rx, pod);
+            }
+            Ok(watcher::Event::InitDone) => {
+                let seen = listing.take().unwrap_or_default();
+                for (uid, tx) in &workers {
+                    if !seen.contains(uid) {
+                        let _ = tx.send(None);
+                    }
+                }
+                listed_once = true;
+            }
+            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, pod),
+            Ok(watcher::Event::Delete(pod)) => {
+                if let Some(tx) = pod.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
+                    let _ = tx.send(None);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        workers.retain(|_, tx| !tx.is_closed());
+    }
+}
+
+/// Hands a pod's new version to its worker, starting one for a new pod.
+fn apply(workers: &mut Workers, ctx: &Arc<Ctx>, snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>, pod: Pod) {
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    let pod = Arc::new(pod);
+    if let Some(tx) = workers.get(&uid)
+        && !tx.is_closed()
+    {
+        let _ = tx.send(Some(pod));
+        return;
+    }
+    let (tx, rx) = watch::channel(Some(pod));
+    let w = Worker::new(ctx.clone(), uid.clone(), rx, snap_rx.clone());
+    tokio::spawn(w.run());
+    workers.insert(uid, tx);
+}
+
+/// Removes sandboxes whose pod has no worker (deleted while the agent was down).
+async fn remove_orphans(workers: &Workers, snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>) {
+    let Some(snap) = snap_rx.borrow().clone() else {
+        return;
+    };
+    let orphans: Vec<(String, String)> = snap
+        .sandboxes
+        .iter()
+        .filter(|s| !workers.contains_key(&s.uid))
+        .map(|s| (s.id.clone(), format!("{}/{}", s.namespace, s.name)))
+        .collect();
+    if orphans.is_empty() {
+        return;
+    }
+    blocking(move || {
+        let Ok(mut rt) = runtime() else { return };
+        for (id, pod) in orphans {
+            tracing::info!(sandbox = %id, pod = %pod, "the pod is gone from the API; removing its sandbox");
+            if let Err(e) = rt.remove_sandbox(&id) {
+                tracing::warn!(sandbox = %id, error = %e, "removing the sandbox failed");
+            }
+        }
+    })
+    .await;
+}

@@ -1,0 +1,497 @@
+//! What to do next for one pod: a pure function of its spec and of what the agent observed
+//! (docs/SEEDS-SPEC.md NODE-2, NODE-3, NODE-18..NODE-21). The worker (`worker.rs`) observes,
+//! asks [`plan`], carries the steps out through the runtime, and observes again.
+//!
+//! The order is the kubelet's `computePodActions`: a sandbox first (a lost one is replaced with
+//! `ATTEMPT`+1 and every container starts again, unless the pod never restarts), then the init
+//! containers one at a time (native sidecars, `restartPolicy: Always`, stay running and do not
+//! hold the next one back once started), then every main container; exited containers restart
+//! per `restartPolicy` after their back-off ([`Backoff`]).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+use super::backoff::Backoff;
+
+/// How a container instance ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terminated {
+    pub id: String,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    /// `Completed`, `Error`, `OOMKilled`.
+    pub reason: String,
+    pub started: Option<SystemTime>,
+    pub finished: SystemTime,
+}
+
+/// A container instance as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Run {
+    Created,
+    Running { started: SystemTime },
+    Exited(Terminated),
+}
+
+/// The container instance in the pod's current sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    /// The image the runtime resolved (the status' `imageID`).
+    pub image_id: String,
+    pub run: Run,
+}
+
+/// Why the last start of a container failed (its waiting reason and message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the agent knows of one container of the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ctr {
+    /// The instance in the current sandbox; None before the first start in it.
+    pub current: Option<Instance>,
+    /// Why the last start failed; cleared when one succeeds.
+    pub failure: Option<Failure>,
+    /// Back-off between failed starts (image pulls, create errors).
+    pub start_backoff: Backoff,
+    /// Back-off between restarts after exits (CrashLoopBackOff).
+    pub backoff: Backoff,
+    pub restarts: u32,
+    /// The previous instance's end (the status' `lastState`).
+    pub last: Option<Terminated>,
+}
+
+impl Ctr {
+    fn run(&self) -> Option<&Run> {
+        self.current.as_ref().map(|i| &i.run)
+    }
+
+    /// Whether an instance of this container ran before (so the next start is a restart).
+    pub fn ever_ran(&self) -> bool {
+        self.current.is_some() || self.last.is_some() || self.restarts > 0
+    }
+}
+
+/// The pod's sandbox as last observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub id: String,
+    pub attempt: u32,
+    /// False once the runtime reports it not ready or no longer has it.
+    pub ready: bool,
+    pub ip: Option<String>,
+}
+
+/// Everything [`plan`] and `status::pod_status` read besides the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub sandbox: Option<Sandbox>,
+    /// By container name (init and main containers share the name space).
+    pub containers: BTreeMap<String, Ctr>,
+}
+
+/// One thing to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Run a sandbox with this attempt number; `changed` when it replaces a lost one (every
+    /// container of the old one goes first: `SandboxChanged`).
+    RunSandbox { attempt: u32, changed: bool },
+    /// Create and start this container (the first time, after a failed start, or after it
+    /// exited: the worker moves the old instance to `lastState`).
+    Start { name: String },
+    /// Stop whatever still runs: the sandbox is lost and the pod never restarts.
+    KillPod,
+}
+
+/// The steps for now, and when to look again if nothing else happens first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub wake: Option<SystemTime>,
+}
+
+impl Plan {
+    fn wake_at(&mut self, at: SystemTime) {
+        self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
+    }
+}
+
+/// The pod's `restartPolicy` (`Always` when unset, as the API defaults it).
+pub fn restart_policy(spec: &PodSpec) -> &str {
+    spec.restart_policy.as_deref().unwrap_or("Always")
+}
+
+/// A native sidecar: an init container with `restartPolicy: Always` (NODE-21).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Whether a main container that exited with `exit_code` is started again.
+pub fn restarts_after(policy: &str, exit_code: i32) -> bool {
+    policy == "Always" || (policy == "OnFailure" && exit_code != 0)
+}
+
+/// A container that is not running: start it now, or when its failed-start back-off ends.
+fn start(plan: &mut Plan, name: &str, c: Option<&Ctr>, now: SystemTime) {
+    match c
+        .filter(|c| c.failure.is_some())
+        .and_then(|c| c.start_backoff.retry_at())
+    {
+        Some(at) if at > now => plan.wake_at(at),
+        _ => plan.steps.push(Step::Start { name: name.into() }),
+    }
+}
+
+/// A container that exited and is to run again: now, or when its back-off ends.
+fn restart(plan: &mut Plan, name: &str, c: &Ctr, t: &Terminated, now: SystemTime) {
+    let at = c.backoff.restart_at(t.finished);
+    if at > now {
+        plan.wake_at(at);
+    } else {
+        plan.steps.push(Step::Start { name: name.into() });
+    }
+}
+
+/// The next steps for a pod that is neither terminal nor being deleted.
+pub fn plan(spec: &PodSpec, obs: &Observed, now: SystemTime) -> Plan {
+    let mut plan = Plan::default();
+    let policy = restart_policy(spec);
+    match &obs.sandbox {
+        Some(sb) if sb.ready => {}
+        lost => {
+            // The runtime still holds instances of the pod's containers (after a reboot it
+            // holds none, and the pod starts again as the kubelet starts it).
+            let held = obs.containers.values().any(|c| c.current.is_some());
+            if lost.is_some() && policy == "Never" && held {
+                let running = obs
+                    .containers
+                    .values()
+                    .any(|c| matches!(c.run(), Some(Run::Running { .. } | Run::Created)));
+                if running {
+                    plan.steps.push(Step::KillPod);
+                }
+                return plan;
+            }
+            let attempt = lost.as_ref().map_or(0, |sb| sb.attempt + 1);
+            plan.steps.push(Step::RunSandbox {
+                attempt,
+                changed: lost.is_some(),
+            });
+            return plan;
+        }
+    }
+    let mains_started = spec
+        .containers
+        .iter()
+        .any(|c| obs.containers.get(&c.name).is_some_and(|c| c.current.is_some()));
+    for c in spec.init_containers.iter().flatten() {
+        let sidecar = is_sidecar(c);
+        let seen = obs.containers.get(&c.name);
+        match seen.and_then(Ctr::run) {
+            None if mains_started && !sidecar => {}
+            None => {
+                start(&mut plan, &c.name, seen, now);
+                return plan;
+            }
+            Some(Run::Created) => return plan,
+            Some(Run::Running { .. }) if sidecar => {}
+            Some(Run::Running { .. }) => return plan,
+            Some(Run::Exited(t)) if !sidecar && t.exit_code == 0 => {}
+            Some(Run::Exited(t)) => {
+                if let Some(seen) = seen
+                    && (sidecar || policy != "Never")
+                {
+                    restart(&mut plan, &c.name, seen, t, now);
+                }
+                if !(sidecar && mains_started) {
+                    return plan;
+                }
+            }
+        }
+    }
+    for c in &spec.containers {
+        let seen = obs.containers.get(&c.name);
+        match seen.and_then(Ctr::run) {
+            None => start(&mut plan, &c.name, seen, now),
+            Some(Run::Exited(t)) if restarts_after(policy, t.exit_code) => {
+                if let Some(seen) = seen {
+                    restart(&mut plan, &c.name, seen, t, now);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    pub fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    pub fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            ..Container::default()
+        }
+    }
+
+    pub fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..container(name)
+        }
+    }
+
+    pub fn spec(policy: &str, init: &[Container], main: &[&str]) -> PodSpec {
+        PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: (!init.is_empty()).then(|| init.to_vec()),
+            containers: main.iter().map(|n| container(n)).collect(),
+            ..PodSpec::default()
+        }
+    }
+
+    pub fn sandbox(ready: bool) -> Option<Sandbox> {
+        Some(Sandbox {
+            id: "sb".into(),
+            attempt: 0,
+            ready,
+            ip: Some("10.244.1.5".into()),
+        })
+    }
+
+    pub fn running() -> Ctr {
+        instance(Run::Running { started: at(0) })
+    }
+
+    pub fn exited(code: i32, finished: u64) -> Ctr {
+        instance(Run::Exited(terminated(code, finished)))
+    }
+
+    pub fn terminated(code: i32, finished: u64) -> Terminated {
+        Terminated {
+            id: format!("c{finished}"),
+            exit_code: code,
+            signal: None,
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            started: Some(at(0)),
+            finished: at(finished),
+        }
+    }
+
+    pub fn instance(run: Run) -> Ctr {
+        Ctr {
+            current: Some(Instance {
+                id: "c1".into(),
+                image_id: "sha256:b".into(),
+                run,
+            }),
+            ..Ctr::default()
+        }
+    }
+
+    pub fn observed(sb: Option<Sandbox>, ctrs: &[(&str, Ctr)]) -> Observed {
+        Observed {
+            sandbox: sb,
+            containers: ctrs.iter().map(|(n, c)| (n.to_string(), c.clone())).collect(),
+        }
+    }
+
+    fn starts(names: &[&str]) -> Vec<Step> {
+        names
+            .iter()
+            .map(|n| Step::Start { name: n.to_string() })
+            .collect()
+    }
+
+    #[test]
+    fn steps_follow_the_kubelets_order() {
+        let init = [container("init-a"), container("init-b")];
+        let with_sidecar = [sidecar("proxy"), container("init-b")];
+        let crashed_twice = Ctr {
+            restarts: 2,
+            ..exited(1, 100)
+        };
+        let mut backed_off = crashed_twice.clone();
+        backed_off.backoff.step(at(50), at(50));
+        backed_off.backoff.step(at(90), at(90));
+        let failed_pull = Ctr {
+            failure: Some(Failure {
+                reason: "ErrImagePull".into(),
+                message: "unreachable".into(),
+            }),
+            start_backoff: {
+                let mut b = Backoff::default();
+                b.step(at(105), at(105));
+                b
+            },
+            ..Ctr::default()
+        };
+        let lost = Some(Sandbox {
+            attempt: 2,
+            ..sandbox(false).unwrap_or_else(|| unreachable!())
+        });
+        type Case<'a> = (&'a str, PodSpec, Observed, Vec<Step>, Option<u64>);
+        let table: Vec<Case> = vec![
+            (
+                "a new pod gets its sandbox first",
+                spec("Always", &[], &["main"]),
+                observed(None, &[]),
+                vec![Step::RunSandbox {
+                    attempt: 0,
+                    changed: false,
+                }],
+                None,
+            ),
+            (
+                "then every main container",
+                spec("Always", &[], &["a", "b"]),
+                observed(sandbox(true), &[]),
+                starts(&["a", "b"]),
+                None,
+            ),
+            (
+                "init containers one at a time",
+                spec("Always", &init, &["main"]),
+                observed(sandbox(true), &[]),
+                starts(&["init-a"]),
+                None,
+            ),
+            (
+                "the next init container waits for the running one",
+                spec("Always", &init, &["main"]),
+                observed(sandbox(true), &[("init-a", running())]),
+                vec![],
+                None,
+            ),
+            (
+                "after an init container exits 0 the next one starts",
+                spec("Always", &init, &["main"]),
+                observed(sandbox(true), &[("init-a", exited(0, 10))]),
+                starts(&["init-b"]),
+                None,
+            ),
+            (
+                "mains start when every init container is done",
+                spec("Always", &init, &["main"]),
+                observed(
+                    sandbox(true),
+                    &[("init-a", exited(0, 10)), ("init-b", exited(0, 20))],
+                ),
+                starts(&["main"]),
+                None,
+            ),
+            (
+                "a failed init container restarts (first time at once)",
+                spec("OnFailure", &init, &["main"]),
+                observed(sandbox(true), &[("init-a", exited(1, 100))]),
+                starts(&["init-a"]),
+                None,
+            ),
+            (
+                "a failed init container of a Never pod ends the pod",
+                spec("Never", &init, &["main"]),
+                observed(sandbox(true), &[("init-a", exited(1, 100))]),
+                vec![],
+                None,
+            ),
+            (
+                "a running sidecar lets the next init container start",
+                spec("Always", &with_sidecar, &["main"]),
+                observed(sandbox(true), &[("proxy", running())]),
+                starts(&["init-b"]),
+                None,
+            ),
+            (
+                "an exited sidecar restarts even in a Never pod, mains keep running",
+                spec("Never", &with_sidecar, &["main"]),
+                observed(
+                    sandbox(true),
+                    &[
+                        ("proxy", exited(0, 100)),
+                        ("init-b", exited(0, 20)),
+                        ("main", running()),
+                    ],
+                ),
+                starts(&["proxy"]),
+                None,
+            ),
+            (
+                "Always restarts a main container that exited 0",
+                spec("Always", &[], &["main"]),
+                observed(sandbox(true), &[("main", exited(0, 100))]),
+                starts(&["main"]),
+                None,
+            ),
+            (
+                "OnFailure leaves a container that exited 0",
+                spec("OnFailure", &[], &["main"]),
+                observed(sandbox(true), &[("main", exited(0, 100))]),
+                vec![],
+                None,
+            ),
+            (
+                "Never restarts nothing",
+                spec("Never", &[], &["main"]),
+                observed(sandbox(true), &[("main", exited(3, 100))]),
+                vec![],
+                None,
+            ),
+            (
+                "a container in back-off waits until finished + delay",
+                spec("Always", &[], &["main"]),
+                observed(sandbox(true), &[("main", backed_off.clone())]),
+                vec![],
+                Some(120),
+            ),
+            (
+                "a failed pull is retried after its back-off",
+                spec("Always", &[], &["main"]),
+                observed(sandbox(true), &[("main", failed_pull)]),
+                vec![],
+                Some(115),
+            ),
+            (
+                "a lost sandbox is replaced with ATTEMPT+1",
+                spec("Always", &[], &["main"]),
+                observed(lost.clone(), &[("main", running())]),
+                vec![Step::RunSandbox {
+                    attempt: 3,
+                    changed: true,
+                }],
+                None,
+            ),
+            (
+                "a Never pod whose sandbox is lost is stopped, not restarted",
+                spec("Never", &[], &["main"]),
+                observed(lost.clone(), &[("main", running())]),
+                vec![Step::KillPod],
+                None,
+            ),
+            (
+                "a Never pod whose sandbox is lost after its containers ended: nothing to do",
+                spec("Never", &[], &["main"]),
+                observed(lost, &[("main", exited(0, 100))]),
+                vec![],
+                None,
+            ),
+        ];
+        for (what, spec, obs, steps, wake) in table {
+            let p = plan(&spec, &obs, at(110));
+            assert_eq!(p.steps, steps, "{what}");
+            assert_eq!(p.wake, wake.map(at), "{what}");
+        }
+    }
+}

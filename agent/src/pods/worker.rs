@@ -1,0 +1,714 @@
+//! One pod's worker: observes the pod (from the watch) and its sandbox and containers (from the
+//! runtime snapshot), asks [`plan`] what to do, does it through the runtime, and writes the
+//! status [`pod_status`] computes when it changed. It ends when the pod is gone: deleted by its
+//! owner (stopped within the grace period, then deleted for good) or removed from the API.
+//!
+//! On its first look the worker adopts what the runtime already runs for the pod (the agent
+//! restarted): the ready sandbox with the highest attempt and the newest instance of each
+//! container in it, restart counts from the log files and the API, so nothing is restarted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use runtime_api::{Client, ClientError, ContainerStatus, SandboxStatus, State};
+use tokio::sync::watch;
+
+use super::backoff::Backoff;
+use super::container::{self, NodeFacts, StartError};
+use super::events::{self, Event};
+use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
+use super::status::{self, pod_label};
+
+/// The runtime's view of every sandbox and container, taken at `taken`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub taken: Instant,
+    pub sandboxes: Vec<SandboxStatus>,
+    /// By container id.
+    pub containers: BTreeMap<String, ContainerStatus>,
+}
+
+/// What every worker shares.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub node: NodeFacts,
+}
+
+pub fn runtime() -> Result<Client, ClientError> {
+    Client::connect(Path::new(runtime_api::SOCKET))
+}
+
+/// Runs `f` on the blocking pool (runtime calls block).
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+fn system_time(rfc3339: Option<&str>) -> Option<SystemTime> {
+    let secs = kcore::time::parse_rfc3339(rfc3339?)?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
+/// A runtime container as the planner sees it.
+pub fn run_of(st: &ContainerStatus) -> Run {
+    match st.state {
+        State::Created => Run::Created,
+        State::Running => Run::Running {
+            started: system_time(st.started_at.as_deref()).unwrap_or_else(SystemTime::now),
+        },
+        State::Exited | State::Unknown => Run::Exited(Terminated {
+            id: st.id.clone(),
+            exit_code: st.exit_code.unwrap_or(255),
+            signal: st.signal,
+            reason: st.reason.clone().unwrap_or_else(|| {
+                if st.state == State::Unknown {
+                    "Unknown".into()
+                } else if st.exit_code == Some(0) {
+                    "Completed".into()
+                } else {
+                    "Error".into()
+                }
+            }),
+            started: system_time(st.started_at.as_deref()),
+            finished: system_time(st.finished_at.as_deref()).unwrap_or_else(SystemTime::now),
+        }),
+    }
+}
+
+fn instance(st: &ContainerStatus) -> Instance {
+    Instance {
+        id: st.id.clone(),
+        image_id: st.image.clone(),
+        run: run_of(st),
+    }
+}
+
+/// The restart number in a log path (`.../<name>/<restarts>.log`).
+fn log_index(st: &ContainerStatus) -> Option<u32> {
+    st.log_path.as_ref()?.file_stem()?.to_str()?.parse().ok()
+}
+
+/// A terminated state the API shows, back as the planner's.
+fn api_terminated(s: &ApiContainerStatus, now: SystemTime) -> Option<Terminated> {
+    let t = s.last_state.as_ref()?.terminated.as_ref()?;
+    Some(Terminated {
+        id: t
+            .container_id
+            .as_deref()
+            .and_then(|id| id.strip_prefix(status::CONTAINER_ID_PREFIX))
+            .unwrap_or_default()
+            .to_string(),
+        exit_code: t.exit_code,
+        signal: t.signal,
+        reason: t.reason.clone().unwrap_or_else(|| "Error".into()),
+        started: t.started_at.as_ref().map(|t| t.0.into()),
+        finished: t.finished_at.as_ref().map_or(now, |t| t.0.into()),
+    })
+}
+
+fn spec_container<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| c.name == name)
+}
+
+fn all_statuses(status: Option<&PodStatus>) -> impl Iterator<Item = &ApiContainerStatus> {
+    status.into_iter().flat_map(|s| {
+        s.init_container_statuses
+            .iter()
+            .flatten()
+            .chain(s.container_statuses.iter().flatten())
+    })
+}
+
+pub struct Worker {
+    ctx: Arc<Ctx>,
+    uid: String,
+    pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+    snap_rx: watch::Receiver<Option<Arc<Snapshot>>>,
+    obs: Observed,
+    /// When `obs` last changed from a runtime reply (older snapshots do not overwrite it).
+    replied: Instant,
+    adopted: bool,
+    sandbox_backoff: Backoff,
+    /// Instances whose CrashLoopBackOff was announced (one `BackOff` event each).
+    announced: BTreeSet<String>,
+    written: Option<PodStatus>,
+}
+
+impl Worker {
+    pub fn new(
+        ctx: Arc<Ctx>,
+        uid: String,
+        pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+        snap_rx: watch::Receiver<Option<Arc<Snapshot>>>,
+    ) -> Self {
+        Worker {
+            ctx,
+            uid,
+            pod_rx,
+            snap_rx,
+            obs: Observed::default(),
+            replied: Instant::now(),
+            adopted: false,
+            sandbox_backoff: Backoff::default(),
+            announced: BTreeSet::new(),
+            written: None,
+        }
+    }
+
+    fn span(&self, pod: &Pod) -> tracing::Span {
+        let m = &pod.metadata;
+        tracing::info_span!(
+            "pod",
+            namespace = m.namespace.as_deref().unwrap_or_default(),
+            name = m.name.as_deref().unwrap_or_default(),
+            uid = %self.uid
+        )
+    }
+
+    /// Works on the pod until it is gone.
+    pub async fn run(mut self) {
+        // The first snapshot, so that adoption sees what the runtime runs.
+        while self.snap_rx.borrow_and_update().is_none() {
+            if self.snap_rx.changed().await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let pod = self.pod_rx.borrow_and_update().clone();
+            let Some(pod) = pod else {
+                self.remove_everything(0).await;
+                return;
+            };
+            let span = self.span(&pod);
+            if pod.metadata.deletion_timestamp.is_some() {
+                let done = async {
+                    self.terminate(&pod).await;
+                    self.delete(&pod).await;
+                };
+                tracing::Instrument::instrument(done, span).await;
+                return;
+            }
+            let wake = tracing::Instrument::instrument(self.sync(&pod), span).await;
+            let sleep = async {
+                match wake {
+                    Some(at) => {
+                        let d = at.duration_since(SystemTime::now()).unwrap_or_default();
+                        tokio::time::sleep(d).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = self.pod_rx.changed() => {
+                    if changed.is_err() {
+                        self.remove_everything(0).await;
+                        return;
+                    }
+                }
+                _ = self.snap_rx.changed() => {}
+                () = sleep => {}
+            }
+        }
+    }
+
+    /// One round: observe, act, write the status. Returns when to look again at the latest.
+    async fn sync(&mut self, pod: &Pod) -> Option<SystemTime> {
+        self.observe(pod);
+        let now = SystemTime::now();
+        let node_ip = self.ctx.node.node_ip.clone();
+        let mut st = status::pod_status(pod, &self.obs, node_ip.as_deref(), now);
+        let terminal = matches!(st.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let mut wake = None;
+        if terminal {
+            self.stop_running(pod).await;
+        } else if let Some(spec) = pod.spec.as_ref() {
+            let p = plan::plan(spec, &self.obs, now);
+            wake = p.wake;
+            self.announce_backoffs(pod, now).await;
+            let acted = !p.steps.is_empty();
+            for step in p.steps {
+                if let Some(at) = self.execute(pod, step).await {
+                    wake = Some(wake.map_or(at, |w: SystemTime| w.min(at)));
+                }
+            }
+            if acted {
+                st = status::pod_status(pod, &self.obs, node_ip.as_deref(), SystemTime::now());
+            }
+        }
+        self.write_status(pod, st).await;
+        wake
+    }
+
+    /// Brings `obs` up to the latest runtime snapshot (adopting on the first look).
+    fn observe(&mut self, pod: &Pod) {
+        let Some(snap) = self.snap_rx.borrow().clone() else {
+            return;
+        };
+        if !self.adopted {
+            self.adopted = true;
+            self.adopt(pod, &snap);
+            return;
+        }
+        if snap.taken < self.replied {
+            return;
+        }
+        if let Some(sb) = self.obs.sandbox.as_mut() {
+            match snap.sandboxes.iter().find(|s| s.id == sb.id) {
+                Some(s) => {
+                    sb.ready = s.ready;
+                    if s.ip.is_some() {
+                        sb.ip = s.ip.clone();
+                    }
+                }
+                None => sb.ready = false,
+            }
+        }
+        for c in self.obs.containers.values_mut() {
+            let Some(cur) = c.current.as_mut() else { continue };
+            match snap.containers.get(&cur.id) {
+                Some(st) => cur.run = run_of(st),
+                None => {
+                    // Gone from the runtime: it ran; the next start is a restart.
+                    c.restarts = c.restarts.max(1);
+                    c.current = None;
+                }
+            }
+        }
+    }
+
+    /// Takes over what the runtime runs for this pod, and the counts the API shows.
+    fn adopt(&mut self, pod: &Pod, snap: &Snapshot) {
+        let now = SystemTime::now();
+        let api = pod.status.as_ref();
+        let sandbox = snap
+            .sandboxes
+            .iter()
+            .filter(|s| s.uid == self.uid && s.ready)
+            .max_by_key(|s| s.attempt);
+        for s in all_statuses(api) {
+            let c = self.obs.containers.entry(s.name.clone()).or_default();
+            c.restarts = u32::try_from(s.restart_count).unwrap_or(0);
+            c.last = api_terminated(s, now);
+        }
+        let Some(sb) = sandbox else {
+            // Nothing running (a new pod, or the node rebooted): containers that ran before
+            // start again as restarts, as the kubelet restarts them after a reboot.
+            for s in all_statuses(api) {
+                let ran = s
+                    .state
+                    .as_ref()
+                    .is_some_and(|st| st.running.is_some() || st.terminated.is_some());
+                if ran && let Some(c) = self.obs.containers.get_mut(&s.name) {
+                    c.restarts = c.restarts.max(1);
+                    if c.last.is_none() {
+                        c.last = s
+                            .state
+                            .as_ref()
+                            .and_then(|st| st.terminated.as_ref())
+                            .map(|t| Terminated {
+                                id: String::new(),
+                                exit_code: t.exit_code,
+                                signal: t.signal,
+                                reason: t.reason.clone().unwrap_or_else(|| "Error".into()),
+                                started: t.started_at.as_ref().map(|t| t.0.into()),
+                                finished: t.finished_at.as_ref().map_or(now, |t| t.0.into()),
+                            });
+                    }
+                }
+            }
+            return;
+        };
+        self.obs.sandbox = Some(Sandbox {
+            id: sb.id.clone(),
+            attempt: sb.attempt,
+            ready: true,
+            ip: sb.ip.clone(),
+        });
+        let mut newest: BTreeMap<&str, &ContainerStatus> = BTreeMap::new();
+        for st in snap.containers.values().filter(|c| c.sandbox_id == sb.id) {
+            let keep = newest
+                .get(st.name.as_str())
+                .is_none_or(|n| st.created_at > n.created_at);
+            if keep {
+                newest.insert(&st.name, st);
+            }
+        }
+        for (name, st) in newest {
+            let c = self.obs.containers.entry(name.to_string()).or_default();
+            c.restarts = c.restarts.max(log_index(st).unwrap_or(0));
+            c.current = Some(instance(st));
+        }
+        tracing::info!(sandbox = %sb.id, attempt = sb.attempt, containers = self.obs.containers.len(), "adopted the pod from the runtime");
+    }
+
+    /// Carries out one step; returns when to retry if it failed.
+    async fn execute(&mut self, pod: &Pod, step: Step) -> Option<SystemTime> {
+        match step {
+            Step::RunSandbox { attempt, changed } => self.run_sandbox(pod, attempt, changed).await,
+            Step::Start { name } => self.start(pod, &name).await,
+            Step::KillPod => {
+                self.stop_running(pod).await;
+                None
+            }
+        }
+    }
+
+    async fn run_sandbox(&mut self, pod: &Pod, attempt: u32, changed: bool) -> Option<SystemTime> {
+        let now = SystemTime::now();
+        if let Some(at) = self.sandbox_backoff.retry_at().filter(|at| *at > now) {
+            return Some(at);
+        }
+        if changed {
+            let ev = Event::pod(
+                "SandboxChanged",
+                false,
+                "Pod sandbox changed, it will be killed and re-created.".into(),
+            );
+            events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+        }
+        let old = self.sandbox_ids();
+        let config = container::sandbox_config(pod, attempt);
+        let result = blocking(move || {
+            let mut rt = runtime()?;
+            for id in old {
+                if let Err(e) = rt.remove_sandbox(&id) {
+                    tracing::debug!(sandbox = %id, error = %e, "removing the old sandbox");
+                }
+            }
+            rt.run_sandbox(config)
+        })
+        .await?;
+        self.replied = Instant::now();
+        match result {
+            Ok(sb) => {
+                tracing::info!(sandbox = %sb.id, attempt, ip = ?sb.ip, "sandbox running");
+                self.sandbox_backoff = Backoff::default();
+                self.obs.sandbox = Some(Sandbox {
+                    id: sb.id,
+                    attempt: sb.attempt,
+                    ready: true,
+                    ip: sb.ip,
+                });
+                for c in self.obs.containers.values_mut() {
+                    if let Some(Run::Exited(t)) = c.current.take().map(|i| i.run) {
+                        c.last = Some(t);
+                    }
+                }
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sandbox creation failed");
+                let ev = Event::pod(
+                    "FailedCreatePodSandBox",
+                    true,
+                    format!("Failed to create pod sandbox: {e}"),
+                );
+                events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+                self.sandbox_backoff.step(now, now);
+                self.sandbox_backoff.retry_at()
+            }
+        }
+    }
+
+    /// Every sandbox the runtime holds for this pod (and the one the worker made).
+    fn sandbox_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .snap_rx
+            .borrow()
+            .iter()
+            .flat_map(|s| s.sandboxes.iter())
+            .filter(|s| s.uid == self.uid)
+            .map(|s| s.id.clone())
+            .collect();
+        if let Some(sb) = &self.obs.sandbox
+            && !ids.contains(&sb.id)
+        {
+            ids.push(sb.id.clone());
+        }
+        ids
+    }
+
+    /// Pulls, creates and starts container `name` in the sandbox (a restart when it ran before).
+    async fn start(&mut self, pod: &Pod, name: &str) -> Option<SystemTime> {
+        let spec = spec_container(pod, name)?.clone();
+        let sandbox = self.obs.sandbox.clone()?;
+        let now = SystemTime::now();
+        let c = self.obs.containers.entry(name.to_string()).or_default();
+        let restart = c.ever_ran();
+        let old = c.current.clone();
+        let restarts = if restart { c.restarts + 1 } else { c.restarts };
+        let (pod2, node) = (pod.clone(), self.ctx.node.clone());
+        let old_id = old.as_ref().map(|i| i.id.clone());
+        let result = blocking(move || {
+            let mut events = Vec::new();
+            let r = start_container(
+                &pod2,
+                &spec,
+                &sandbox,
+                restarts,
+                &node,
+                old_id.as_deref(),
+                &mut events,
+            );
+            (r, events)
+        })
+        .await;
+        self.replied = Instant::now();
+        let (result, evs) = result?;
+        let c = self.obs.containers.entry(name.to_string()).or_default();
+        let out = match result {
+            Ok(st) => {
+                if let Some(Instance {
+                    run: Run::Exited(t), ..
+                }) = old
+                {
+                    c.backoff.step(t.finished, now);
+                    c.last = Some(t);
+                }
+                tracing::debug!(container = %name, restarts, "container started");
+                c.restarts = restarts;
+                c.current = Some(instance(&st));
+                c.failure = None;
+                c.start_backoff = Backoff::default();
+                None
+            }
+            Err(e) => {
+                tracing::warn!(container = %name, reason = e.reason(), error = %e, "container start failed");
+                c.failure = Some(Failure {
+                    reason: e.reason().into(),
+                    message: e.to_string(),
+                });
+                c.start_backoff.step(now, now);
+                c.start_backoff.retry_at()
+            }
+        };
+        events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        out
+    }
+
+    /// One `BackOff` event per crashed instance that waits for its back-off.
+    async fn announce_backoffs(&mut self, pod: &Pod, now: SystemTime) {
+        let mut evs = Vec::new();
+        for (name, c) in &self.obs.containers {
+            let Some(Instance {
+                id,
+                run: Run::Exited(t),
+                ..
+            }) = &c.current
+            else {
+                continue;
+            };
+            if c.backoff.restart_at(t.finished) > now && self.announced.insert(id.clone()) {
+                let policy = pod.spec.as_ref().map_or("Always", plan::restart_policy);
+                let sidecar = spec_container(pod, name).is_some_and(plan::is_sidecar);
+                if sidecar || plan::restarts_after(policy, t.exit_code) {
+                    evs.push(Event::warning(
+                        "BackOff",
+                        name,
+                        format!(
+                            "Back-off restarting failed container {name} in pod {}",
+                            pod_label(pod)
+                        ),
+                    ));
+                }
+            }
+        }
+        if !evs.is_empty() {
+            events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        }
+    }
+
+    /// Writes `status` when it differs from what the API holds and from the last write.
+    async fn write_status(&mut self, pod: &Pod, status: PodStatus) {
+        if pod.status.as_ref() == Some(&status) || self.written.as_ref() == Some(&status) {
+            return;
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let api: kube::Api<Pod> = kube::Api::namespaced(self.ctx.client.clone(), ns);
+        let patch = Patch::Merge(serde_json::json!({ "status": status }));
+        match api.patch_status(name, &PatchParams::default(), &patch).await {
+            Ok(_) => {
+                tracing::debug!(phase = ?status.phase, "status written");
+                self.written = Some(status);
+            }
+            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "status update failed"),
+        }
+    }
+
+    /// Stops containers that still run (a terminal pod's sidecars, a lost Never pod).
+    async fn stop_running(&mut self, pod: &Pod) {
+        let running: Vec<(String, String)> = self
+            .obs
+            .containers
+            .iter()
+            .filter_map(|(n, c)| match &c.current {
+                Some(Instance {
+                    id,
+                    run: Run::Running { .. } | Run::Created,
+                    ..
+                }) => Some((n.clone(), id.clone())),
+                _ => None,
+            })
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+        self.stop(pod, running, grace).await;
+    }
+
+    /// Stops `containers` (name, id) in parallel within `grace` seconds (at least 2: NODE-31).
+    async fn stop(&mut self, pod: &Pod, containers: Vec<(String, String)>, grace: u64) {
+        let evs = containers
+            .iter()
+            .map(|(n, _)| Event::normal("Killing", n, format!("Stopping container {n}")))
+            .collect();
+        events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        let timeout = grace.max(2);
+        let stops = containers.into_iter().map(|(name, id)| async move {
+            let r = blocking(move || runtime().and_then(|mut rt| rt.stop_container(&id, timeout))).await;
+            (name, r)
+        });
+        for (name, r) in futures_util::future::join_all(stops).await {
+            self.replied = Instant::now();
+            match r {
+                Some(Ok(st)) => {
+                    if let Some(c) = self.obs.containers.get_mut(&name) {
+                        c.current = Some(instance(&st));
+                    }
+                }
+                Some(Err(e)) => tracing::debug!(container = %name, error = %e, "stop"),
+                None => {}
+            }
+        }
+    }
+
+    /// Graceful termination (NODE-31): main containers in parallel within the grace period,
+    /// then the sidecars, then the sandbox.
+    async fn terminate(&mut self, pod: &Pod) {
+        self.observe(pod);
+        let started = Instant::now();
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+        let sidecars: BTreeSet<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| plan::is_sidecar(c))
+            .map(|c| c.name.as_str())
+            .collect();
+        let running = |obs: &Observed, sidecar: bool| -> Vec<(String, String)> {
+            obs.containers
+                .iter()
+                .filter(|(n, _)| sidecars.contains(n.as_str()) == sidecar)
+                .filter_map(|(n, c)| match &c.current {
+                    Some(Instance {
+                        id,
+                        run: Run::Running { .. } | Run::Created,
+                        ..
+                    }) => Some((n.clone(), id.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mains = running(&self.obs, false);
+        let side = running(&self.obs, true);
+        tracing::debug!(grace_s = grace, "stopping the pod");
+        if !mains.is_empty() {
+            self.stop(pod, mains, grace).await;
+        }
+        if !side.is_empty() {
+            let left = grace.saturating_sub(started.elapsed().as_secs());
+            self.stop(pod, side, left).await;
+        }
+        self.remove_everything(0).await;
+    }
+
+    /// Removes every sandbox of the pod (its containers with it).
+    async fn remove_everything(&mut self, _grace: u64) {
+        let ids = self.sandbox_ids();
+        if ids.is_empty() {
+            return;
+        }
+        blocking(move || {
+            let Ok(mut rt) = runtime() else { return };
+            for id in ids {
+                if let Err(e) = rt.remove_sandbox(&id) {
+                    tracing::warn!(sandbox = %id, error = %e, "removing the sandbox failed");
+                }
+            }
+        })
+        .await;
+        self.obs = Observed::default();
+    }
+
+    /// The final delete: grace 0 with a UID precondition (NODE-31 step 6).
+    async fn delete(&self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let api: kube::Api<Pod> = kube::Api::namespaced(self.ctx.client.clone(), ns);
+        match api.delete(name, &params).await {
+            Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted"),
+            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "final pod delete failed"),
+        }
+    }
+}
+
+/// Pull, create and start (blocking). The old instance, if any, is removed first.
+fn start_container(
+    pod: &Pod,
+    c: &Container,
+    sandbox: &Sandbox,
+    restarts: u32,
+    node: &NodeFacts,
+    old: Option<&str>,
+    events: &mut Vec<Event>,
+) -> Result<ContainerStatus, StartError> {
+    let mut rt = runtime().map_err(StartError::RuntimeUnavailable)?;
+    container::ensure_image(&mut rt, c, &node.insecure_registries, events)?;
+    if let Some(old) = old
+        && let Err(e) = rt.remove_container(old)
+    {
+        tracing::debug!(container = %old, error = %e, "removing the old instance");
+    }
+    let cfg = container::container_config(pod, c, restarts, node, sandbox.ip.as_deref());
+    let created = rt
+        .create_container(&sandbox.id, cfg)
+        .map_err(StartError::CreateContainer)?;
+    events.push(Event::normal("Created", &c.name, "Container created".into()));
+    match rt.start_container(&created.id) {
+        Ok(st) => {
+            events.push(Event::normal("Started", &c.name, "Container started".into()));
+            Ok(st)
+        }
+        Err(e) => {
+            let _ = rt.remove_container(&created.id);
+            events.push(Event::warning("Failed", &c.name, format!("Error: {e}")));
+            Err(StartError::StartContainer(e))
+        }
+    }
+}
