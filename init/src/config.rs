@@ -154,6 +154,18 @@ pub struct DebugConfigDoc {
     /// it exits. The in-guest test suites use it.
     #[serde(default)]
     pub test_command: Vec<String>,
+    /// Kills the agent with SIGKILL `afterSeconds` after each of its starts, `times` times: a
+    /// restart-safety test (running pods must survive agent crashes untouched).
+    #[serde(default)]
+    pub kill_agent: Option<KillAgentDoc>,
+}
+
+/// `debug.killAgent`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KillAgentDoc {
+    pub after_seconds: u32,
+    pub times: u32,
 }
 
 /// The validated machine config.
@@ -167,6 +179,7 @@ pub struct MachineConfig {
     pub shutdown_grace_seconds: u32,
     pub crash_service: bool,
     pub test_command: Vec<String>,
+    pub kill_agent: Option<KillAgentDoc>,
     pub control_plane: Option<ControlPlaneConfig>,
     pub insecure_registries: Vec<String>,
 }
@@ -197,6 +210,7 @@ impl Default for MachineConfig {
             shutdown_grace_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
             crash_service: false,
             test_command: Vec::new(),
+            kill_agent: None,
             control_plane: None,
             insecure_registries: Vec::new(),
         }
@@ -411,6 +425,7 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         shutdown_grace_seconds: grace,
         crash_service: doc.debug.crash_service,
         test_command: doc.debug.test_command,
+        kill_agent: doc.debug.kill_agent,
         insecure_registries: doc.registries.insecure,
     })
 }

@@ -113,9 +113,16 @@ fn boot_and_supervise() -> Shutdown {
         program: program.clone(),
         args: vec![name.into()],
         oneshot,
+        kill: None,
     };
     sup.add(service("runtime", false));
-    sup.add(service("agent", false));
+    sup.add(ServiceSpec {
+        kill: cfg.kill_agent.map(|k| supervisor::KillSchedule {
+            after: Duration::from_secs(u64::from(k.after_seconds)),
+            times: k.times,
+        }),
+        ..service("agent", false)
+    });
     if cfg.crash_service {
         sup.add(service("crashtest", false));
     }
@@ -125,6 +132,7 @@ fn boot_and_supervise() -> Shutdown {
             program: prog.clone(),
             args: args.to_vec(),
             oneshot: true,
+            kill: None,
         });
     }
     tracing::info!(

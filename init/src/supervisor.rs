@@ -51,6 +51,16 @@ pub struct ServiceSpec {
     pub args: Vec<String>,
     /// Run once; its exit powers the machine off (test commands).
     pub oneshot: bool,
+    /// Test switch (machine config `debug.killAgent`): SIGKILL the service this long after each
+    /// start, this many times, as a crash or `kill -9` would.
+    pub kill: Option<KillSchedule>,
+}
+
+/// When the supervisor kills a service on purpose (restart-safety tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillSchedule {
+    pub after: Duration,
+    pub times: u32,
 }
 
 #[derive(Debug)]
@@ -72,6 +82,10 @@ struct Service {
     state: ServiceState,
     backoff: Backoff,
     restarts: u32,
+    /// Kills done so far per [`ServiceSpec::kill`], and the process last killed (it is killed
+    /// once, then waited for).
+    killed: u32,
+    killed_pid: Option<Pid>,
 }
 
 /// Exponential back-off: initial, doubling, capped, reset after a long enough run.
@@ -97,6 +111,17 @@ impl Backoff {
         let delay = self.next;
         self.next = (self.next * 2).min(BACKOFF_MAX);
         delay
+    }
+}
+
+/// When a running service is next killed per its [`KillSchedule`], if it is.
+fn kill_due(svc: &Service) -> Option<Instant> {
+    let k = svc.spec.kill?;
+    match svc.state {
+        ServiceState::Running { since, pid } if svc.killed < k.times && svc.killed_pid != Some(pid) => {
+            Some(since + k.after)
+        }
+        _ => None,
     }
 }
 
@@ -178,6 +203,8 @@ impl Supervisor {
             },
             backoff: Backoff::default(),
             restarts: 0,
+            killed: 0,
+            killed_pid: None,
         };
         start(&mut svc);
         self.services.push(svc);
@@ -204,12 +231,24 @@ impl Supervisor {
                     start(svc);
                 }
             }
+            for svc in &mut self.services {
+                if let Some(at) = kill_due(svc)
+                    && at <= now
+                    && let ServiceState::Running { pid, .. } = svc.state
+                {
+                    svc.killed += 1;
+                    svc.killed_pid = Some(pid);
+                    tracing::warn!(service = %svc.spec.name, kill = svc.killed, "killing the service (debug.killAgent)");
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
             let next_wake = self
                 .services
                 .iter()
                 .filter_map(|s| match s.state {
                     ServiceState::Waiting { until } => Some(until.saturating_duration_since(now)),
-                    ServiceState::Running { .. } | ServiceState::Stopped => None,
+                    ServiceState::Running { .. } => kill_due(s).map(|at| at.saturating_duration_since(now)),
+                    ServiceState::Stopped => None,
                 })
                 .min();
             let timeout = match next_wake {

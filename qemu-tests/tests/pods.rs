@@ -280,3 +280,146 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ensure!(!left.contains("pod/web"), "web still listed: {left}");
     Ok(())
 }
+
+/// Restart safety (issue: agent, item 7): the agent is killed with SIGKILL 10 times while 30 pods
+/// run (PID 1's `debug.killAgent`); every container keeps its id, start time, process and
+/// restart count, and every pod stays Ready. One pod has an init container and a native sidecar,
+/// so their states are adopted too.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn agent_restarts_leave_running_pods_alone() -> Result<()> {
+    const PODS: usize = 30;
+    const KILLS: usize = 10;
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let mut f = VmFactory::new("agent-restarts")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "restart-node";
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    config["debug"] = serde_json::json!({"killAgent": {"afterSeconds": 20, "times": KILLS}});
+    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(machine_config);
+    let mut vm = f.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    let image = guest_busybox();
+    for i in 0..PODS - 1 {
+        cp.create(&pod(&format!("p{i}"), node, &image, "sleep 3600", "Always"))?;
+    }
+    let mut staged = pod("staged", node, &image, "sleep 3600", "Always");
+    staged["spec"]["initContainers"] = serde_json::json!([
+        {"name": "setup", "image": image, "command": ["sh", "-c", "sleep 2"]},
+        {"name": "proxy", "image": image, "command": ["sh", "-c", "sleep 3600"], "restartPolicy": "Always"},
+    ]);
+    cp.create(&staged)?;
+    let ready = |cp: &ControlPlane| -> Result<usize> {
+        let out = cp.kubectl(&[
+            "get",
+            "pods",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+        ])?;
+        Ok(out.lines().filter(|l| *l == "True").count())
+    };
+    let deadline = std::time::Instant::now() + POD * 2;
+    while ready(&cp)? < PODS {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "only {} of {PODS} pods Ready",
+            ready(&cp)?
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let states = |cp: &ControlPlane| -> Result<String> {
+        cp.kubectl(&[
+            "get",
+            "pods",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}{range .status.initContainerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}{.state.terminated.finishedAt}#{.restartCount}{end}{range .status.containerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}#{.restartCount}{end}{\"\\n\"}{end}",
+        ])
+    };
+    // The process behind a container: its start time in clock ticks since boot (/proc/1/stat).
+    // Exec goes through the agent, which may be restarting: a few tries.
+    let process = |cp: &ControlPlane, pod: &str, container: &str| -> Result<String> {
+        let mut tries = 0;
+        loop {
+            match cp.kubectl(&["exec", pod, "-c", container, "--", "cat", "/proc/1/stat"]) {
+                Ok(stat) => return Ok(stat.split_whitespace().nth(21).unwrap_or_default().to_string()),
+                Err(e) if tries >= 10 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    };
+    let before = states(&cp)?;
+    let sample = [
+        ("p0", "main"),
+        ("p17", "main"),
+        ("staged", "main"),
+        ("staged", "proxy"),
+    ];
+    let processes_before: Vec<String> = sample
+        .iter()
+        .map(|(p, c)| process(&cp, p, c))
+        .collect::<Result<_>>()?;
+    let killed_before = vm.console().matches("killing the service").count();
+    ensure!(
+        killed_before + 5 <= KILLS,
+        "the pods took too long: {killed_before} of {KILLS} kills happened before they were Ready"
+    );
+    vm.wait_for_lines("killing the service", KILLS, BOOT * 2)?;
+    // Every start of the agent after the pods ran adopted all of them (the last start too).
+    let want = PODS * (KILLS - killed_before);
+    let deadline = std::time::Instant::now() + POD;
+    loop {
+        let adopted = vm.console().matches("adopted the pod from the runtime").count();
+        if adopted >= want {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "only {adopted} of {want} adoptions in the log"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    let deadline = std::time::Instant::now() + POD;
+    while ready(&cp)? < PODS {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "only {} of {PODS} pods Ready after the kills",
+            ready(&cp)?
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let after = states(&cp)?;
+    ensure!(
+        before == after,
+        "containers changed across agent restarts:\nbefore:\n{before}\nafter:\n{after}"
+    );
+    ensure!(
+        !before.contains("#1"),
+        "a container restarted before the kills: {before}"
+    );
+    let processes_after: Vec<String> = sample
+        .iter()
+        .map(|(p, c)| process(&cp, p, c))
+        .collect::<Result<_>>()?;
+    ensure!(
+        processes_before == processes_after,
+        "processes changed: {processes_before:?} -> {processes_after:?}"
+    );
+    let table = cp.kubectl(&["get", "pod", "staged"])?;
+    ensure!(
+        table.lines().nth(1).is_some_and(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.get(1) == Some(&"2/2") && cols.get(2) == Some(&"Running")
+        }),
+        "the pod with a sidecar: {table}"
+    );
+    Ok(())
+}

@@ -517,6 +517,16 @@ fn i(v: &Value) -> i64 {
     v.as_i64().unwrap_or(0)
 }
 
+/// Whether container status `c` is of a native sidecar (an init container with
+/// `restartPolicy: Always`).
+fn is_sidecar(pod: &Value, c: &Value) -> bool {
+    pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["name"] == c["name"] && s["restartPolicy"] == "Always")
+}
+
 /// kubectl's pod STATUS column (the essentials of upstream `printPod`).
 pub fn pod_status(pod: &Value) -> String {
     let st = &pod["status"];
@@ -536,6 +546,10 @@ pub fn pod_status(pod: &Value) -> String {
         if state["terminated"]["exitCode"].as_i64() == Some(0) {
             continue;
         }
+        // A native sidecar that started does not hold initialization back.
+        if is_sidecar(pod, c) && c["started"].as_bool() == Some(true) {
+            continue;
+        }
         initializing = true;
         reason = if let Some(r) = state["terminated"]["reason"].as_str() {
             format!("Init:{r}")
@@ -550,6 +564,15 @@ pub fn pod_status(pod: &Value) -> String {
             format!("Init:{idx}/{total_init}")
         };
         break;
+    }
+    let initialized = st["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
+    // As upstream: with the Initialized condition True the main containers decide.
+    if initialized {
+        initializing = false;
     }
     if !initializing {
         let mut has_running = false;
@@ -597,12 +620,31 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+            // Native sidecars count as containers of the pod (upstream printPod).
+            let sidecars: Vec<Value> = obj["status"]["initContainerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| is_sidecar(obj, c))
+                .cloned()
+                .collect();
+            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len)
+                + obj["spec"]["initContainers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["restartPolicy"] == "Always")
+                    .count();
             let ready = statuses
                 .iter()
+                .chain(&sidecars)
                 .filter(|c| c["ready"].as_bool() == Some(true))
                 .count();
-            let restarts: i64 = statuses.iter().map(|c| i(&c["restartCount"])).sum();
+            let restarts: i64 = statuses
+                .iter()
+                .chain(&sidecars)
+                .map(|c| i(&c["restartCount"]))
+                .sum();
             let ip = obj["status"]["podIP"].as_str().map_or_else(none, |x| json!(x));
             let node = obj["spec"]["nodeName"].as_str().map_or_else(none, |x| json!(x));
             vec![
@@ -1113,6 +1155,31 @@ mod tests {
                 json!("2m44s")
             ]
         );
+    }
+
+    #[test]
+    fn native_sidecars_count_as_pod_containers() {
+        let pod = json!({"metadata": {"name": "staged"},
+            "spec": {"containers": [{"name": "main"}],
+                     "initContainers": [{"name": "setup"}, {"name": "proxy", "restartPolicy": "Always"}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Initialized", "status": "True"}],
+                "initContainerStatuses": [
+                    {"name": "setup", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                    {"name": "proxy", "started": true, "ready": true, "restartCount": 2, "state": {"running": {}}}],
+                "containerStatuses": [{"name": "main", "ready": true, "restartCount": 1, "state": {"running": {}}}]}});
+        assert_eq!(pod_status(&pod), "Running");
+        let pods = crate::api::registry::RESOURCES
+            .iter()
+            .find(|r| r.group.is_empty() && r.plural == "pods")
+            .expect("pods");
+        let row = cells(pods, &pod, SystemTime::UNIX_EPOCH);
+        assert_eq!(row[1..4], [json!("2/2"), json!("Running"), json!("3")]);
+        let mut starting = pod.clone();
+        starting["status"]["conditions"] = json!([]);
+        starting["status"]["initContainerStatuses"][1] =
+            json!({"name": "proxy", "started": false, "state": {"waiting": {"reason": "PodInitializing"}}});
+        assert_eq!(pod_status(&starting), "Init:1/2");
     }
 
     #[test]
