@@ -107,6 +107,27 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "Always",
     ))?;
 
+    // Probes: exec readiness (ready once a file exists), httpGet readiness against busybox
+    // httpd, and a tcpSocket liveness probe on a port nobody listens on (restarts).
+    let mut probed = pod("probed", node, &image, "sleep 3600", "Always");
+    probed["spec"]["containers"][0]["readinessProbe"] =
+        serde_json::json!({"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1});
+    cp.create(&probed)?;
+    let mut served = pod(
+        "served",
+        node,
+        &image,
+        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        "Always",
+    );
+    served["spec"]["containers"][0]["readinessProbe"] =
+        serde_json::json!({"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 1});
+    cp.create(&served)?;
+    let mut unlive = pod("unlive", node, &image, "sleep 3600", "Always");
+    unlive["spec"]["containers"][0]["livenessProbe"] =
+        serde_json::json!({"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 2});
+    cp.create(&unlive)?;
+
     cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
     let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
     let f2: Vec<&str> = ip.split_whitespace().collect();
@@ -273,6 +294,58 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         bad.0 != Some(0) && bad.2.contains("container nope is not valid for pod web"),
         "{bad:?}"
     );
+
+    // Probes.
+    cp.wait_for(&["pod", "probed"], "{.status.phase}", |p| p == "Running", POD)?;
+    std::thread::sleep(Duration::from_secs(3));
+    let ready = |name: &str| {
+        cp.kubectl(&[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
+    };
+    ensure!(
+        ready("probed")? == "false False",
+        "probed is ready without its file: {}",
+        ready("probed")?
+    );
+    cp.kubectl(&["exec", "probed", "--", "touch", "/tmp/ready"])?;
+    cp.wait_for(
+        &["pod", "probed"],
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        |s| s == "True",
+        POD,
+    )?;
+    cp.wait_for(
+        &["pod", "served"],
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        |s| s == "True",
+        POD,
+    )?;
+    cp.wait_for(
+        &["pod", "unlive"],
+        "{.status.containerStatuses[0].restartCount}",
+        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
+        POD,
+    )?;
+    let unlive_ip = cp.kubectl(&["get", "pod", "unlive", "-o", "jsonpath={.status.podIP}"])?;
+    let events = cp.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=unlive",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}={.message};{end}",
+    ])?;
+    for want in [
+        format!("Unhealthy=Liveness probe failed: dial tcp {unlive_ip}:8081: connect: connection refused"),
+        "Killing=Container main failed liveness probe, will be restarted".to_string(),
+    ] {
+        ensure!(events.contains(&want), "unlive events lack {want}: {events}");
+    }
 
     // kubectl delete waits until the agent has stopped the pod and deleted the object.
     cp.kubectl(&["delete", "pod", "web", "--timeout=120s"])?;

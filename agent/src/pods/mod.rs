@@ -8,12 +8,13 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! Not yet: probes, lifecycle hooks, volumes, env from ConfigMaps/Secrets, node admission.
+//! Not yet: lifecycle hooks, volumes, env from ConfigMaps/Secrets, node admission.
 
 mod backoff;
 mod container;
 mod events;
 mod plan;
+mod probe;
 mod status;
 mod worker;
 

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::backoff::Backoff;
+use super::probe::{Kind, Prober};
 
 /// How a container instance ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,11 +66,24 @@ pub struct Ctr {
     pub restarts: u32,
     /// The previous instance's end (the status' `lastState`).
     pub last: Option<Terminated>,
+    /// The current instance's probes (cleared for each new instance).
+    pub probes: BTreeMap<Kind, Prober>,
 }
 
 impl Ctr {
     fn run(&self) -> Option<&Run> {
         self.current.as_ref().map(|i| &i.run)
+    }
+
+    /// Whether the running instance passed its startup probe (or has none), and whether it is
+    /// ready (its readiness probe, if any, succeeded): the status' `started` and `ready`.
+    pub fn started_and_ready(&self, c: &Container) -> (bool, bool) {
+        if !matches!(self.run(), Some(Run::Running { .. })) {
+            return (false, false);
+        }
+        let passed = |k: Kind| k.of(c).is_none() || self.probes.get(&k).and_then(|p| p.result) == Some(true);
+        let started = passed(Kind::Startup);
+        (started, started && passed(Kind::Readiness))
     }
 
     /// Whether an instance of this container ran before (so the next start is a restart).

@@ -127,7 +127,7 @@ fn container_status(
                 }),
                 ..ContainerState::default()
             },
-            true,
+            seen.is_some_and(|s| s.started_and_ready(c).1),
         ),
         Some(Run::Exited(t)) => {
             let delay = seen.map_or(Duration::ZERO, |s| s.backoff.delay(t.finished));
@@ -152,14 +152,14 @@ fn container_status(
             }
         }
     };
-    let running = state.running.is_some();
+    let started = seen.is_some_and(|s| s.started_and_ready(c).0);
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         image_id: current.map(|i| i.image_id.clone()).unwrap_or_default(),
         container_id: current.map(|i| format!("{CONTAINER_ID_PREFIX}{}", i.id)),
         ready,
-        started: Some(running),
+        started: Some(started),
         restart_count: seen.map_or(0, |s| i32::try_from(s.restarts).unwrap_or(i32::MAX)),
         state: Some(state),
         last_state: last.map(|t| ContainerState {
@@ -682,6 +682,55 @@ mod tests {
         assert_eq!(
             pod_status(&p, &gone, None, at(300)).phase.as_deref(),
             Some("Succeeded")
+        );
+    }
+
+    #[test]
+    fn probes_decide_started_and_ready() {
+        use crate::pods::probe::{Kind, Prober};
+        use k8s_openapi::api::core::v1::Probe;
+        let mut s = spec("Always", &[], &["main"]);
+        s.containers[0].readiness_probe = Some(Probe::default());
+        s.containers[0].startup_probe = Some(Probe::default());
+        let p = pod(s);
+        let flags = |probes: &[(Kind, bool)]| {
+            let mut c = running();
+            for (k, r) in probes {
+                c.probes.insert(*k, Prober::concluded(*r));
+            }
+            let st = pod_status(&p, &observed(sandbox(true), &[("main", c)]), None, at(100));
+            let cs = &st.container_statuses.expect("statuses")[0];
+            let ready = st
+                .conditions
+                .expect("conditions")
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .expect("Ready");
+            (cs.started, cs.ready, ready.status)
+        };
+        assert_eq!(
+            flags(&[]),
+            (Some(false), false, "False".into()),
+            "before the startup probe succeeds"
+        );
+        assert_eq!(
+            flags(&[(Kind::Startup, true)]),
+            (Some(true), false, "False".into()),
+            "started, not yet ready"
+        );
+        assert_eq!(
+            flags(&[(Kind::Startup, true), (Kind::Readiness, true)]),
+            (Some(true), true, "True".into())
+        );
+        assert_eq!(
+            flags(&[(Kind::Startup, true), (Kind::Readiness, false)]),
+            (Some(true), false, "False".into()),
+            "readiness failed"
+        );
+        // The readiness result does not count before the startup probe succeeded.
+        assert_eq!(
+            flags(&[(Kind::Readiness, true)]),
+            (Some(false), false, "False".into())
         );
     }
 

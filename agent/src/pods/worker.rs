@@ -21,6 +21,7 @@ use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
 use super::events::{self, Event};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
+use super::probe::{self, Kind, Prober, Timing};
 use super::status::{self, pod_label};
 
 /// The runtime's view of every sandbox and container, taken at `taken`.
@@ -239,7 +240,11 @@ impl Worker {
                     wake = Some(wake.map_or(at, |w: SystemTime| w.min(at)));
                 }
             }
-            if acted {
+            let (probed, next_probe) = self.probe(pod).await;
+            if let Some(at) = next_probe {
+                wake = Some(wake.map_or(at, |w: SystemTime| w.min(at)));
+            }
+            if acted || probed {
                 st = status::pod_status(pod, &self.obs, node_ip.as_deref(), SystemTime::now());
             }
         }
@@ -279,6 +284,7 @@ impl Worker {
                     // Gone from the runtime: it ran; the next start is a restart.
                     c.restarts = c.restarts.max(1);
                     c.current = None;
+                    c.probes.clear();
                 }
             }
         }
@@ -345,6 +351,20 @@ impl Worker {
             let c = self.obs.containers.entry(name.to_string()).or_default();
             c.restarts = c.restarts.max(log_index(st).unwrap_or(0));
             c.current = Some(instance(st));
+            // The probes' conclusions the API shows for this very instance are kept, so a
+            // restart of the agent does not make ready pods unready.
+            let shown = all_statuses(api).find(|s| {
+                s.name == name
+                    && s.container_id.as_deref() == Some(&format!("{}{}", status::CONTAINER_ID_PREFIX, st.id))
+            });
+            if let Some(shown) = shown {
+                if shown.started == Some(true) {
+                    c.probes.insert(Kind::Startup, Prober::concluded(true));
+                }
+                if shown.ready {
+                    c.probes.insert(Kind::Readiness, Prober::concluded(true));
+                }
+            }
         }
         tracing::info!(sandbox = %sb.id, attempt = sb.attempt, containers = self.obs.containers.len(), "adopted the pod from the runtime");
     }
@@ -398,6 +418,7 @@ impl Worker {
                     ip: sb.ip,
                 });
                 for c in self.obs.containers.values_mut() {
+                    c.probes.clear();
                     if let Some(Run::Exited(t)) = c.current.take().map(|i| i.run) {
                         c.last = Some(t);
                     }
@@ -476,6 +497,7 @@ impl Worker {
                 tracing::debug!(container = %name, restarts, "container started");
                 c.restarts = restarts;
                 c.current = Some(instance(&st));
+                c.probes.clear();
                 c.failure = None;
                 c.start_backoff = Backoff::default();
                 None
@@ -492,6 +514,110 @@ impl Worker {
         };
         events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
         out
+    }
+
+    /// Runs the probes that are due (NODE-22..NODE-25); a failed liveness or startup probe
+    /// stops the container (it restarts per policy). Returns whether a conclusion changed and
+    /// when the next probe is due.
+    async fn probe(&mut self, pod: &Pod) -> (bool, Option<SystemTime>) {
+        let (mut changed, mut next) = (false, None::<SystemTime>);
+        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let names: Vec<String> = self.obs.containers.keys().cloned().collect();
+        for name in names {
+            let Some(spec) = spec_container(pod, &name).cloned() else {
+                continue;
+            };
+            for kind in Kind::ALL {
+                let Some(p) = kind.of(&spec).cloned() else {
+                    continue;
+                };
+                let Some(c) = self.obs.containers.get_mut(&name) else {
+                    break;
+                };
+                let Some(Instance {
+                    id,
+                    run: Run::Running { started },
+                    ..
+                }) = c.current.clone()
+                else {
+                    break;
+                };
+                let startup_done = Kind::Startup.of(&spec).is_none()
+                    || c.probes.get(&Kind::Startup).and_then(|p| p.result) == Some(true);
+                if (kind == Kind::Startup) == startup_done {
+                    continue;
+                }
+                let t = Timing::of(&p);
+                let due = c.probes.entry(kind).or_default().due(started, &t);
+                let now = SystemTime::now();
+                if due > now {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                    continue;
+                }
+                let outcome = probe::run(&p, &spec, &id, pod_ip.as_deref()).await;
+                let now = SystemTime::now();
+                let Some(c) = self.obs.containers.get_mut(&name) else {
+                    break;
+                };
+                let prober = c.probes.entry(kind).or_default();
+                let concluded = prober.record(outcome.is_ok(), now, &t);
+                let due = prober.due(started, &t);
+                next = Some(next.map_or(due, |n| n.min(due)));
+                changed |= concluded.is_some();
+                let mut evs = Vec::new();
+                if let Err(msg) = &outcome {
+                    tracing::debug!(container = %name, probe = kind.word(), message = %msg, "probe failed");
+                    evs.push(Event::warning(
+                        "Unhealthy",
+                        &name,
+                        format!("{} probe failed: {msg}", kind.word()),
+                    ));
+                }
+                let kill = concluded == Some(false) && kind != Kind::Readiness;
+                if kill {
+                    evs.push(Event::normal(
+                        "Killing",
+                        &name,
+                        format!(
+                            "Container {name} failed {} probe, will be restarted",
+                            kind.word().to_lowercase()
+                        ),
+                    ));
+                }
+                events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+                if kill {
+                    // The probe's own grace period first, then the pod's.
+                    let grace = p
+                        .termination_grace_period_seconds
+                        .or(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                        .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+                    self.stop_quietly(name.clone(), id, grace).await;
+                    break;
+                }
+            }
+        }
+        (changed, next)
+    }
+
+    /// Stops one container without a `Killing` event (the caller posted its own).
+    async fn stop_quietly(&mut self, name: String, id: String, grace: u64) {
+        let timeout = grace.max(2);
+        let r = blocking(move || runtime().and_then(|mut rt| rt.stop_container(&id, timeout))).await;
+        self.stopped(&name, r);
+    }
+
+    /// Takes the runtime's answer to a stop into `obs`.
+    fn stopped(&mut self, name: &str, r: Option<Result<ContainerStatus, ClientError>>) {
+        self.replied = Instant::now();
+        match r {
+            Some(Ok(st)) => {
+                if let Some(c) = self.obs.containers.get_mut(name) {
+                    c.current = Some(instance(&st));
+                }
+            }
+            Some(Err(e)) => tracing::debug!(container = %name, error = %e, "stop"),
+            None => {}
+        }
     }
 
     /// One `BackOff` event per crashed instance that waits for its back-off.
@@ -583,16 +709,7 @@ impl Worker {
             (name, r)
         });
         for (name, r) in futures_util::future::join_all(stops).await {
-            self.replied = Instant::now();
-            match r {
-                Some(Ok(st)) => {
-                    if let Some(c) = self.obs.containers.get_mut(&name) {
-                        c.current = Some(instance(&st));
-                    }
-                }
-                Some(Err(e)) => tracing::debug!(container = %name, error = %e, "stop"),
-                None => {}
-            }
+            self.stopped(&name, r);
         }
     }
 

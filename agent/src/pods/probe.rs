@@ -1,0 +1,380 @@
+//! Container probes (docs/SEEDS-SPEC.md NODE-22..NODE-25): startup, liveness and readiness with
+//! exec (through the runtime), httpGet and tcpSocket (from the agent, to the pod's IP).
+//!
+//! The schedule and the thresholds are pure ([`Prober`]): a probe first runs `initialDelaySeconds`
+//! after the container started, then every `periodSeconds`; `failureThreshold` failures in a row
+//! flip the result to failure, `successThreshold` successes back. Liveness and readiness wait
+//! for the startup probe to succeed. Defaults are upstream's (NODE-24): delay 0, period 10 s,
+//! timeout 1 s, success 1, failure 3.
+//!
+//! Not yet: gRPC probes and HTTPS (they report a failure that says so).
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// Which probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Startup,
+    Liveness,
+    Readiness,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Startup, Kind::Liveness, Kind::Readiness];
+
+    /// The word the kubelet's events use (`Liveness probe failed: ...`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Startup => "Startup",
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+        }
+    }
+
+    pub fn of(self, c: &Container) -> Option<&Probe> {
+        match self {
+            Kind::Startup => c.startup_probe.as_ref(),
+            Kind::Liveness => c.liveness_probe.as_ref(),
+            Kind::Readiness => c.readiness_probe.as_ref(),
+        }
+    }
+}
+
+/// A probe's numbers with upstream's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub initial_delay: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+}
+
+fn secs(v: Option<i32>, default: u64) -> Duration {
+    Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
+}
+
+impl Timing {
+    pub fn of(p: &Probe) -> Self {
+        let n = |v: Option<i32>, d: u32| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(d)
+        };
+        Timing {
+            initial_delay: secs(p.initial_delay_seconds, 0),
+            period: secs(p.period_seconds, 10).max(Duration::from_secs(1)),
+            timeout: secs(p.timeout_seconds, 1).max(Duration::from_secs(1)),
+            success_threshold: n(p.success_threshold, 1),
+            failure_threshold: n(p.failure_threshold, 3),
+        }
+    }
+}
+
+/// One probe of one container instance: when it runs next and what it concluded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prober {
+    /// Consecutive results of the same kind.
+    successes: u32,
+    failures: u32,
+    last_run: Option<SystemTime>,
+    /// The conclusion so far: None before the thresholds decide (readiness then counts as not
+    /// ready, startup as not started).
+    pub result: Option<bool>,
+}
+
+impl Prober {
+    /// A prober that already concluded `result` (kept across agent restarts from the API).
+    pub fn concluded(result: bool) -> Self {
+        Prober {
+            result: Some(result),
+            ..Prober::default()
+        }
+    }
+
+    /// When the probe runs next for a container running since `started`.
+    pub fn due(&self, started: SystemTime, t: &Timing) -> SystemTime {
+        self.last_run
+            .map_or(started + t.initial_delay, |last| last + t.period)
+    }
+
+    /// Records one outcome at `now`; returns the conclusion when it changed.
+    pub fn record(&mut self, ok: bool, now: SystemTime, t: &Timing) -> Option<bool> {
+        self.last_run = Some(now);
+        if ok {
+            self.successes += 1;
+            self.failures = 0;
+        } else {
+            self.failures += 1;
+            self.successes = 0;
+        }
+        let concluded = if ok && self.successes >= t.success_threshold {
+            Some(true)
+        } else if !ok && self.failures >= t.failure_threshold {
+            Some(false)
+        } else {
+            None
+        };
+        match concluded {
+            Some(r) if self.result != Some(r) => {
+                self.result = Some(r);
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a probe run found: success, or failure with the kubelet's text.
+pub type Outcome = Result<(), String>;
+
+/// The port of an httpGet/tcpSocket probe: a number, or a named port of the container.
+fn port(c: &Container, p: &IntOrString) -> Result<u16, String> {
+    match p {
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
+        IntOrString::String(name) => c
+            .ports
+            .iter()
+            .flatten()
+            .find(|cp| cp.name.as_deref() == Some(name.as_str()))
+            .and_then(|cp| u16::try_from(cp.container_port).ok())
+            .ok_or_else(|| format!("couldn't find port: {name} in {}", c.name)),
+    }
+}
+
+/// Runs a tcpSocket probe.
+pub async fn tcp(host: &str, port: u16, timeout: Duration) -> Outcome {
+    let addr = format!("{host}:{port}");
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("dial tcp {addr}: connect: {}", io_text(&e))),
+        Err(_) => Err(format!("dial tcp {addr}: i/o timeout")),
+    }
+}
+
+/// Go's wording of the common connect errors.
+fn io_text(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        std::io::ErrorKind::HostUnreachable => "no route to host".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Runs an httpGet probe: 200-399 is a success (`HTTP probe failed with statuscode: 503`).
+pub async fn http(
+    host: &str,
+    port: u16,
+    path: &str,
+    headers: &[(String, String)],
+    timeout: Duration,
+) -> Outcome {
+    let url = format!("http://{host}:{port}{path}");
+    let run = async {
+        let stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("Get \"{url}\": dial tcp {host}:{port}: connect: {}", io_text(&e)))?;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+        tokio::spawn(conn);
+        let mut req = hyper::Request::get(path)
+            .header("host", format!("{host}:{port}"))
+            .header("user-agent", "kube-probe/1.32")
+            .header("accept", "*/*");
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+        let code = resp.status().as_u16();
+        if (200..400).contains(&code) {
+            Ok(())
+        } else {
+            Err(format!("HTTP probe failed with statuscode: {code}"))
+        }
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        )),
+    }
+}
+
+/// Runs probe `p` of container `c` (instance `container_id`) in a pod at `pod_ip`.
+pub async fn run(p: &Probe, c: &Container, container_id: &str, pod_ip: Option<&str>) -> Outcome {
+    let t = Timing::of(p);
+    if let Some(exec) = &p.exec {
+        let (id, cmd, timeout) = (
+            container_id.to_string(),
+            exec.command.clone().unwrap_or_default(),
+            t.timeout,
+        );
+        let r = super::worker::blocking(move || {
+            super::worker::runtime().and_then(|mut rt| rt.exec_sync(&id, cmd, Some(timeout)))
+        })
+        .await;
+        return match r {
+            Some(Ok(out)) if out.exit_code == 0 => Ok(()),
+            Some(Ok(out)) => {
+                let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&out.stderr));
+                Err(text)
+            }
+            Some(Err(e)) if e.kind() == runtime_api::ErrorKind::DeadlineExceeded => {
+                Err(format!("command timed out after {}s", timeout.as_secs()))
+            }
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("the probe was cancelled".into()),
+        };
+    }
+    let Some(ip) = pod_ip else {
+        return Err("the pod has no IP".into());
+    };
+    if let Some(h) = &p.http_get {
+        if h.scheme.as_deref() == Some("HTTPS") {
+            return Err("HTTPS probes are not supported by this agent yet".into());
+        }
+        let port = port(c, &h.port)?;
+        let host = h.host.as_deref().unwrap_or(ip);
+        let headers: Vec<(String, String)> = h
+            .http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        return http(host, port, h.path.as_deref().unwrap_or("/"), &headers, t.timeout).await;
+    }
+    if let Some(s) = &p.tcp_socket {
+        let port = port(c, &s.port)?;
+        return tcp(s.host.as_deref().unwrap_or(ip), port, t.timeout).await;
+    }
+    Err("gRPC probes are not supported by this agent yet".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let t = Timing::of(&Probe::default());
+        assert_eq!(
+            t,
+            Timing {
+                initial_delay: Duration::ZERO,
+                period: Duration::from_secs(10),
+                timeout: Duration::from_secs(1),
+                success_threshold: 1,
+                failure_threshold: 3,
+            }
+        );
+        let p = Probe {
+            period_seconds: Some(5),
+            failure_threshold: Some(30),
+            initial_delay_seconds: Some(3),
+            ..Probe::default()
+        };
+        let t = Timing::of(&p);
+        assert_eq!(
+            (t.period.as_secs(), t.failure_threshold, t.initial_delay.as_secs()),
+            (5, 30, 3)
+        );
+    }
+
+    #[test]
+    fn thresholds_decide_and_the_schedule_follows_the_period() {
+        let t = Timing {
+            initial_delay: Duration::from_secs(5),
+            period: Duration::from_secs(10),
+            timeout: Duration::from_secs(1),
+            success_threshold: 2,
+            failure_threshold: 3,
+        };
+        let mut p = Prober::default();
+        assert_eq!(p.due(at(0), &t), at(5), "first run after the initial delay");
+        let table = [
+            // (outcome, conclusion change, result)
+            (true, None, None),
+            (true, Some(true), Some(true)),
+            (false, None, Some(true)),
+            (false, None, Some(true)),
+            (true, None, Some(true)),
+            (false, None, Some(true)),
+            (false, None, Some(true)),
+            (false, Some(false), Some(false)),
+            (true, None, Some(false)),
+            (true, Some(true), Some(true)),
+        ];
+        let mut now = at(5);
+        for (i, (ok, change, result)) in table.into_iter().enumerate() {
+            assert_eq!(p.record(ok, now, &t), change, "step {i}");
+            assert_eq!(p.result, result, "step {i}");
+            now = p.due(at(0), &t);
+            assert_eq!(
+                now,
+                at(5 + 10 * (i as u64 + 1)),
+                "step {i}: next run one period later"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn network_probes_report_the_kubelets_texts() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // A tiny HTTP server: /ok answers 200, anything else 503.
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for s in listener.incoming().take(3) {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let code = if req.starts_with("GET /ok ") && req.contains("user-agent: kube-probe/") {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                let _ = s.write_all(format!("HTTP/1.1 {code}\r\ncontent-length: 0\r\n\r\n").as_bytes());
+            }
+        });
+        let second = Duration::from_secs(1);
+        assert_eq!(http("127.0.0.1", port, "/ok", &[], second).await, Ok(()));
+        assert_eq!(
+            http("127.0.0.1", port, "/ready", &[], second).await,
+            Err("HTTP probe failed with statuscode: 503".into())
+        );
+        assert_eq!(tcp("127.0.0.1", port, second).await, Ok(()));
+        // A port nobody listens on.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let dead = closed.local_addr().expect("addr").port();
+        drop(closed);
+        assert_eq!(
+            tcp("127.0.0.1", dead, second).await,
+            Err(format!("dial tcp 127.0.0.1:{dead}: connect: connection refused"))
+        );
+        assert_eq!(
+            http("127.0.0.1", dead, "/ready", &[], second).await,
+            Err(format!(
+                "Get \"http://127.0.0.1:{dead}/ready\": dial tcp 127.0.0.1:{dead}: connect: connection refused"
+            ))
+        );
+    }
+}
