@@ -128,6 +128,32 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         serde_json::json!({"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 2});
     cp.create(&unlive)?;
 
+    // Environment from a ConfigMap and a Secret (read through the Node authorizer), `$(VAR)` in
+    // the command; a missing ConfigMap holds the container in CreateContainerConfigError until
+    // it exists.
+    cp.kubectl(&["create", "configmap", "app-config", "--from-literal=MODE=fast"])?;
+    cp.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=password=s3cret",
+    ])?;
+    let mut envy = pod("envy", node, &image, "", "Always");
+    envy["spec"]["containers"][0]["command"] =
+        serde_json::json!(["sh", "-c", "echo $(GREETING) $MODE $PASS; sleep 3600"]);
+    envy["spec"]["containers"][0]["env"] = serde_json::json!([
+        {"name": "GREETING", "value": "hello-$(MODE)"},
+        {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+    ]);
+    envy["spec"]["containers"][0]["envFrom"] = serde_json::json!([{"configMapRef": {"name": "app-config"}}]);
+    cp.create(&envy)?;
+    let mut unconf = pod("unconf", node, &image, "echo $LATE; sleep 3600", "Always");
+    unconf["spec"]["containers"][0]["env"] = serde_json::json!([
+        {"name": "LATE", "valueFrom": {"configMapKeyRef": {"name": "late-config", "key": "LATE"}}},
+    ]);
+    cp.create(&unconf)?;
+
     cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
     let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
     let f2: Vec<&str> = ip.split_whitespace().collect();
@@ -294,6 +320,31 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         bad.0 != Some(0) && bad.2.contains("container nope is not valid for pod web"),
         "{bad:?}"
     );
+
+    // Environment.
+    cp.wait_for(&["pod", "envy"], "{.status.phase}", |p| p == "Running", POD)?;
+    let deadline = std::time::Instant::now() + POD;
+    while cp.kubectl(&["logs", "envy"]).unwrap_or_default().is_empty() {
+        ensure!(std::time::Instant::now() < deadline, "envy printed nothing");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    ensure!(
+        cp.kubectl(&["logs", "envy"])? == "hello-fast fast s3cret\n",
+        "envy: {}",
+        cp.kubectl(&["logs", "envy"])?
+    );
+    let waiting = cp.wait_for(
+        &["pod", "unconf"],
+        "{.status.containerStatuses[0].state.waiting.reason}={.status.containerStatuses[0].state.waiting.message}",
+        |w| w.starts_with("CreateContainerConfigError="),
+        POD,
+    )?;
+    ensure!(
+        waiting == "CreateContainerConfigError=configmap \"late-config\" not found",
+        "unconf: {waiting}"
+    );
+    cp.kubectl(&["create", "configmap", "late-config", "--from-literal=LATE=now"])?;
+    cp.wait_for(&["pod", "unconf"], "{.status.phase}", |p| p == "Running", POD)?;
 
     // Probes.
     cp.wait_for(&["pod", "probed"], "{.status.phase}", |p| p == "Running", POD)?;

@@ -2,6 +2,7 @@
 //! the image made present per `imagePullPolicy` (docs/SEEDS-SPEC.md §4.14), and the texts of the
 //! kubelet's image events.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -27,6 +28,9 @@ pub enum StartError {
     CreateContainer(ClientError),
     #[error(transparent)]
     StartContainer(ClientError),
+    /// A missing ConfigMap/Secret (key) or an unusable field reference.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl StartError {
@@ -39,6 +43,7 @@ impl StartError {
             StartError::RuntimeUnavailable(_) => "RuntimeUnavailable",
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::StartContainer(_) => "RunContainerError",
+            StartError::Config(_) => "CreateContainerConfigError",
         }
     }
 }
@@ -125,60 +130,31 @@ pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
     }
 }
 
-/// An env var from a `fieldRef` the agent knows (`metadata.*`, `spec.*`, `status.*IP`).
-fn field_ref(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Option<String> {
-    let m = &pod.metadata;
-    let spec = pod.spec.as_ref();
-    match path {
-        "metadata.name" => m.name.clone(),
-        "metadata.namespace" => m.namespace.clone(),
-        "metadata.uid" => m.uid.clone(),
-        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
-        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
-        "status.hostIP" => node.node_ip.clone(),
-        "status.podIP" => pod_ip.map(str::to_string),
-        _ => {
-            let (map, key) = if let Some(rest) = path.strip_prefix("metadata.labels['") {
-                (m.labels.as_ref(), rest.strip_suffix("']")?)
-            } else {
-                (
-                    m.annotations.as_ref(),
-                    path.strip_prefix("metadata.annotations['")?.strip_suffix("']")?,
-                )
-            };
-            map?.get(key).cloned()
-        }
-    }
-}
-
-/// The runtime's config for container `c` of `pod`, its `restarts`-th start.
+/// The runtime's config for container `c` of `pod`, its `restarts`-th start, with its resolved
+/// environment (`env.rs`; `$(VAR)` in command and args expanded from it).
 pub fn container_config(
     pod: &Pod,
     c: &Container,
     restarts: u32,
     node: &NodeFacts,
-    pod_ip: Option<&str>,
+    env: &[(String, String)],
 ) -> ContainerConfig {
-    let mut env = Vec::new();
-    for e in c.env.iter().flatten() {
-        let v = match (&e.value, e.value_from.as_ref().and_then(|f| f.field_ref.as_ref())) {
-            (Some(v), _) => Some(v.clone()),
-            (None, Some(f)) => field_ref(pod, &f.field_path, node, pod_ip),
-            (None, None) => None,
-        };
-        if let Some(v) = v {
-            env.push(format!("{}={v}", e.name));
-        }
-    }
+    let vars: BTreeMap<String, String> = env.iter().cloned().collect();
+    let expand = |list: &Option<Vec<String>>| -> Vec<String> {
+        list.iter()
+            .flatten()
+            .map(|s| super::env::expand(s, &vars))
+            .collect()
+    };
     let sc = c.security_context.as_ref();
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let id = |own: Option<i64>, pod: Option<i64>| own.or(pod).and_then(|u| u32::try_from(u).ok());
     ContainerConfig {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
-        env,
+        command: expand(&c.command),
+        args: expand(&c.args),
+        env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         working_dir: c.working_dir.clone(),
         run_as_user: id(sc.and_then(|s| s.run_as_user), psc.and_then(|s| s.run_as_user)),
         run_as_group: id(sc.and_then(|s| s.run_as_group), psc.and_then(|s| s.run_as_group)),
@@ -412,41 +388,21 @@ mod tests {
             },
             "1 and 1000m are equal: Guaranteed, as the API server says"
         );
-        let cfg = container_config(&pod, &main, 0, &node(), None);
+        let cfg = container_config(&pod, &main, 0, &node(), &[("A".into(), "1".into())]);
         assert_eq!(cfg.oom_score_adj, -997);
         assert_eq!(cfg.resources.cpu_limit, Some(1000));
         assert_eq!(cfg.log_path.as_deref(), Some("main/0.log"));
-    }
-
-    #[test]
-    fn env_from_values_and_the_downward_fields() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "namespace": "prod", "uid": "u1", "labels": {"app": "web"}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "busybox", "env": [
-                {"name": "A", "value": "1"},
-                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-                {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-            ]}]},
-        }))
-        .expect("pod");
-        let c = &pod.spec.as_ref().expect("spec").containers[0];
-        let cfg = container_config(&pod, c, 3, &node(), Some("10.244.1.5"));
+        assert_eq!(cfg.env, ["A=1"]);
+        let echo = Container {
+            command: Some(vec!["echo".into(), "$(A)".into()]),
+            args: Some(vec!["$$(A)".into()]),
+            ..main
+        };
+        let cfg = container_config(&pod, &echo, 2, &node(), &[("A".into(), "1".into())]);
         assert_eq!(
-            cfg.env,
-            [
-                "A=1",
-                "POD=web",
-                "NS=prod",
-                "NODE=n1",
-                "IP=10.244.1.5",
-                "HOST=10.0.2.15",
-                "APP=web"
-            ]
+            (cfg.command, cfg.args),
+            (vec!["echo".to_string(), "1".into()], vec!["$(A)".to_string()])
         );
-        assert_eq!(cfg.log_path.as_deref(), Some("main/3.log"));
+        assert_eq!(cfg.log_path.as_deref(), Some("main/2.log"));
     }
 }

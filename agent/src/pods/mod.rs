@@ -8,10 +8,11 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! Not yet: lifecycle hooks, volumes, env from ConfigMaps/Secrets, node admission.
+//! Not yet: lifecycle hooks, volumes, service environment variables, node admission.
 
 mod backoff;
 mod container;
+mod env;
 mod events;
 mod plan;
 mod probe;

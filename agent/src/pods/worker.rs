@@ -12,13 +12,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus, Secret,
+};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use runtime_api::{Client, ClientError, ContainerStatus, SandboxStatus, State};
+use runtime_api::{Client, ClientError, ContainerConfig, ContainerStatus, SandboxStatus, State};
 use tokio::sync::watch;
 
 use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
+use super::env;
 use super::events::{self, Event};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
@@ -468,17 +471,18 @@ impl Worker {
         let restarts = if restart { c.restarts + 1 } else { c.restarts };
         let (pod2, node) = (pod.clone(), self.ctx.node.clone());
         let old_id = old.as_ref().map(|i| i.id.clone());
+        let sources = self.sources(pod, &spec).await;
+        let env = env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref());
+        let cfg = env.map(|env| container::container_config(&pod2, &spec, restarts, &node, &env));
         let result = blocking(move || {
             let mut events = Vec::new();
-            let r = start_container(
-                &pod2,
-                &spec,
-                &sandbox,
-                restarts,
-                &node,
-                old_id.as_deref(),
-                &mut events,
-            );
+            let r = match cfg {
+                Ok(cfg) => start_container(&spec, &sandbox.id, cfg, &node, old_id.as_deref(), &mut events),
+                Err(msg) => {
+                    events.push(Event::warning("Failed", &spec.name, format!("Error: {msg}")));
+                    Err(StartError::Config(msg))
+                }
+            };
             (r, events)
         })
         .await;
@@ -618,6 +622,44 @@ impl Worker {
             Some(Err(e)) => tracing::debug!(container = %name, error = %e, "stop"),
             None => {}
         }
+    }
+
+    /// The ConfigMaps and Secrets container `c` refers to, from the API (through the Node
+    /// authorizer: a node reads only what its pods use).
+    async fn sources(&self, pod: &Pod, c: &Container) -> env::Sources {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let (cms, secrets) = env::references(c);
+        let mut out = env::Sources::default();
+        let cm_api: kube::Api<ConfigMap> = kube::Api::namespaced(self.ctx.client.clone(), ns);
+        for name in cms {
+            let data = match cm_api.get_opt(&name).await {
+                Ok(cm) => cm.map(|cm| cm.data.unwrap_or_default()),
+                Err(e) => {
+                    tracing::warn!(configmap = %name, error = %e, "reading a ConfigMap failed");
+                    None
+                }
+            };
+            out.config_maps
+                .insert(name, data.map(|d| d.into_iter().collect()));
+        }
+        let secret_api: kube::Api<Secret> = kube::Api::namespaced(self.ctx.client.clone(), ns);
+        for name in secrets {
+            let data = match secret_api.get_opt(&name).await {
+                Ok(s) => s.map(|s| {
+                    s.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                        .collect()
+                }),
+                Err(e) => {
+                    tracing::warn!(secret = %name, error = %e, "reading a Secret failed");
+                    None
+                }
+            };
+            out.secrets.insert(name, data);
+        }
+        out
     }
 
     /// One `BackOff` event per crashed instance that waits for its back-off.
@@ -797,10 +839,9 @@ impl Worker {
 
 /// Pull, create and start (blocking). The old instance, if any, is removed first.
 fn start_container(
-    pod: &Pod,
     c: &Container,
-    sandbox: &Sandbox,
-    restarts: u32,
+    sandbox_id: &str,
+    cfg: ContainerConfig,
     node: &NodeFacts,
     old: Option<&str>,
     events: &mut Vec<Event>,
@@ -812,9 +853,8 @@ fn start_container(
     {
         tracing::debug!(container = %old, error = %e, "removing the old instance");
     }
-    let cfg = container::container_config(pod, c, restarts, node, sandbox.ip.as_deref());
     let created = rt
-        .create_container(&sandbox.id, cfg)
+        .create_container(sandbox_id, cfg)
         .map_err(StartError::CreateContainer)?;
     events.push(Event::normal("Created", &c.name, "Container created".into()));
     match rt.start_container(&created.id) {
