@@ -154,6 +154,34 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ]);
     cp.create(&unconf)?;
 
+    // Volumes: an emptyDir an init container fills, a ConfigMap, a Secret, the downward API,
+    // and the service account volume every pod gets.
+    let mut vols = pod("vols", node, &image, "", "Always");
+    vols["spec"]["initContainers"] = serde_json::json!([{"name": "fill", "image": image,
+        "command": ["sh", "-c", "echo init-wrote > /data/x"],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/data"}]}]);
+    vols["spec"]["containers"][0]["command"] = serde_json::json!([
+        "sh",
+        "-c",
+        "echo $(cat /data/x) $(cat /etc/app/MODE) $(cat /etc/creds/password) $(cat /etc/info/labels) \
+         $(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace) \
+         $(test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token); sleep 3600"
+    ]);
+    vols["spec"]["containers"][0]["volumeMounts"] = serde_json::json!([
+        {"name": "scratch", "mountPath": "/data"},
+        {"name": "app", "mountPath": "/etc/app"},
+        {"name": "creds", "mountPath": "/etc/creds", "readOnly": true},
+        {"name": "info", "mountPath": "/etc/info"},
+    ]);
+    vols["metadata"]["labels"] = serde_json::json!({"app": "vols"});
+    vols["spec"]["volumes"] = serde_json::json!([
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "app", "configMap": {"name": "app-config"}},
+        {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+    ]);
+    cp.create(&vols)?;
+
     cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
     let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
     let f2: Vec<&str> = ip.split_whitespace().collect();
@@ -345,6 +373,55 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     );
     cp.kubectl(&["create", "configmap", "late-config", "--from-literal=LATE=now"])?;
     cp.wait_for(&["pod", "unconf"], "{.status.phase}", |p| p == "Running", POD)?;
+
+    // Volumes.
+    cp.wait_for(&["pod", "vols"], "{.status.phase}", |p| p == "Running", POD)?;
+    let deadline = std::time::Instant::now() + POD;
+    while cp.kubectl(&["logs", "vols"]).unwrap_or_default().is_empty() {
+        ensure!(std::time::Instant::now() < deadline, "vols printed nothing");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let shown = cp.kubectl(&["logs", "vols"])?;
+    ensure!(
+        shown == "init-wrote fast s3cret app=\"vols\" default token\n",
+        "vols: {shown:?}"
+    );
+    let mode = cp.kubectl(&[
+        "exec",
+        "vols",
+        "--",
+        "stat",
+        "-L",
+        "-c",
+        "%a",
+        "/etc/creds/password",
+    ])?;
+    ensure!(mode.trim() == "400", "secret file mode {mode}");
+    let denied = kubectl_status(&cp, &["exec", "vols", "--", "touch", "/etc/creds/new"], None)?;
+    ensure!(
+        denied.0 != Some(0),
+        "the read-only secret volume took a write: {denied:?}"
+    );
+    // A ConfigMap update reaches the running pod (atomically, through ..data).
+    cp.kubectl(&[
+        "patch",
+        "configmap",
+        "app-config",
+        "-p",
+        r#"{"data":{"MODE":"slow"}}"#,
+    ])?;
+    let deadline = std::time::Instant::now() + POD;
+    while cp
+        .kubectl(&["exec", "vols", "--", "cat", "/etc/app/MODE"])
+        .unwrap_or_default()
+        != "slow"
+    {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the ConfigMap update never reached the pod"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
 
     // Probes.
     cp.wait_for(&["pod", "probed"], "{.status.phase}", |p| p == "Running", POD)?;

@@ -8,7 +8,7 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! Not yet: lifecycle hooks, volumes, service environment variables, node admission.
+//! Not yet: lifecycle hooks, service environment variables, node admission.
 
 mod backoff;
 mod container;
@@ -17,6 +17,7 @@ mod events;
 mod plan;
 mod probe;
 mod status;
+mod volumes;
 mod worker;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -165,8 +166,18 @@ fn apply(workers: &mut Workers, ctx: &Arc<Ctx>, snap_rx: &watch::Receiver<Option
     workers.insert(uid, tx);
 }
 
-/// Removes sandboxes whose pod has no worker (deleted while the agent was down).
+/// Removes sandboxes and volume directories whose pod has no worker (deleted while the agent
+/// was down).
 async fn remove_orphans(workers: &Workers, snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>) {
+    for entry in std::fs::read_dir(volumes::ROOT).into_iter().flatten().flatten() {
+        let uid = entry.file_name().to_string_lossy().into_owned();
+        if !workers.contains_key(&uid) {
+            tracing::info!(uid = %uid, "the pod is gone from the API; removing its volumes");
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(uid = %uid, error = %e, "removing the pod's volumes failed");
+            }
+        }
+    }
     let Some(snap) = snap_rx.borrow().clone() else {
         return;
     };

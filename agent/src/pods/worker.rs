@@ -26,6 +26,7 @@ use super::events::{self, Event};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
 use super::status::{self, pod_label};
+use super::volumes::{self, TokenWanted};
 
 /// The runtime's view of every sandbox and container, taken at `taken`.
 #[derive(Debug, Clone)]
@@ -144,7 +145,14 @@ pub struct Worker {
     /// Instances whose CrashLoopBackOff was announced (one `BackOff` event each).
     announced: BTreeSet<String>,
     written: Option<PodStatus>,
+    /// The pod's volumes by name (what to bind mount), once set up, and when.
+    volumes: Option<(BTreeMap<String, std::path::PathBuf>, Instant)>,
+    /// Service account tokens the volumes hold, with when they were issued.
+    tokens: BTreeMap<TokenWanted, (String, SystemTime)>,
 }
+
+/// How often ConfigMap, Secret and downward API volumes are brought up to date.
+const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
 impl Worker {
     pub fn new(
@@ -164,6 +172,8 @@ impl Worker {
             sandbox_backoff: Backoff::default(),
             announced: BTreeSet::new(),
             written: None,
+            volumes: None,
+            tokens: BTreeMap::new(),
         }
     }
 
@@ -230,6 +240,19 @@ impl Worker {
         let node_ip = self.ctx.node.node_ip.clone();
         let mut st = status::pod_status(pod, &self.obs, node_ip.as_deref(), now);
         let terminal = matches!(st.phase.as_deref(), Some("Succeeded" | "Failed"));
+        // Volumes are brought up to date every VOLUME_REFRESH, and taken over (tokens
+        // renewed) when the agent adopted a running pod.
+        let sandbox_ready = self.obs.sandbox.as_ref().is_some_and(|s| s.ready);
+        let refresh = match &self.volumes {
+            Some((_, at)) => at.elapsed() >= VOLUME_REFRESH,
+            None => sandbox_ready && self.obs.containers.values().any(|c| c.current.is_some()),
+        };
+        if !terminal
+            && refresh
+            && let Err(e) = self.set_up_volumes(pod).await
+        {
+            tracing::debug!(error = %e, "volume refresh failed");
+        }
         let mut wake = None;
         if terminal {
             self.stop_running(pod).await;
@@ -471,9 +494,25 @@ impl Worker {
         let restarts = if restart { c.restarts + 1 } else { c.restarts };
         let (pod2, node) = (pod.clone(), self.ctx.node.clone());
         let old_id = old.as_ref().map(|i| i.id.clone());
+        if self.volumes.is_none()
+            && let Err(msg) = self.set_up_volumes(pod).await
+        {
+            let c = self.obs.containers.entry(name.to_string()).or_default();
+            c.failure = Some(Failure {
+                reason: "ContainerCreating".into(),
+                message: msg,
+            });
+            c.start_backoff.step(now, now);
+            return c.start_backoff.retry_at();
+        }
+        let dirs = self.volumes.as_ref().map(|(d, _)| d.clone()).unwrap_or_default();
         let sources = self.sources(pod, &spec).await;
         let env = env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref());
-        let cfg = env.map(|env| container::container_config(&pod2, &spec, restarts, &node, &env));
+        let cfg = env.and_then(|env| {
+            let mut cfg = container::container_config(&pod2, &spec, restarts, &node, &env);
+            cfg.mounts = volumes::mounts(&spec, &dirs)?;
+            Ok(cfg)
+        });
         let result = blocking(move || {
             let mut events = Vec::new();
             let r = match cfg {
@@ -627,8 +666,13 @@ impl Worker {
     /// The ConfigMaps and Secrets container `c` refers to, from the API (through the Node
     /// authorizer: a node reads only what its pods use).
     async fn sources(&self, pod: &Pod, c: &Container) -> env::Sources {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let (cms, secrets) = env::references(c);
+        self.fetch(pod, cms, secrets).await
+    }
+
+    /// ConfigMaps and Secrets of the pod's namespace by name (None for those that do not exist).
+    async fn fetch(&self, pod: &Pod, cms: Vec<String>, secrets: Vec<String>) -> env::Sources {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut out = env::Sources::default();
         let cm_api: kube::Api<ConfigMap> = kube::Api::namespaced(self.ctx.client.clone(), ns);
         for name in cms {
@@ -660,6 +704,92 @@ impl Worker {
             out.secrets.insert(name, data);
         }
         out
+    }
+
+    /// Sets up (or brings up to date) every volume of the pod; the first failure is the
+    /// kubelet's `FailedMount` event.
+    async fn set_up_volumes(&mut self, pod: &Pod) -> Result<(), String> {
+        let (cms, secrets) = volumes::references(pod);
+        let sources = self.fetch(pod, cms, secrets).await;
+        let now = SystemTime::now();
+        let mut tokens = BTreeMap::new();
+        for want in volumes::tokens_wanted(pod) {
+            let fresh = self.tokens.get(&want).filter(|(_, issued)| {
+                let age = now.duration_since(*issued).unwrap_or_default().as_secs();
+                // Refreshed after 80 % of its lifetime, as the kubelet does.
+                age.saturating_mul(10)
+                    < u64::try_from(want.expiration_seconds)
+                        .unwrap_or(0)
+                        .saturating_mul(8)
+            });
+            let token = match fresh {
+                Some((t, _)) => t.clone(),
+                None => {
+                    let t = self.request_token(pod, &want).await?;
+                    self.tokens.insert(want.clone(), (t.clone(), now));
+                    t
+                }
+            };
+            tokens.insert(want, token);
+        }
+        let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
+        let node_ip = self.ctx.node.node_ip.clone();
+        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let mut dirs = BTreeMap::new();
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let set_up = volumes::files(pod, v, &sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
+                .and_then(|content| volumes::set_up(&pod_dir, v, &content));
+            match set_up {
+                Ok(dir) => {
+                    dirs.insert(v.name.clone(), dir);
+                }
+                Err(e) => {
+                    let msg = format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name);
+                    tracing::warn!(volume = %v.name, error = %e, "volume set-up failed");
+                    let ev = Event::pod("FailedMount", true, msg.clone());
+                    events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+                    return Err(msg);
+                }
+            }
+        }
+        self.volumes = Some((dirs, Instant::now()));
+        Ok(())
+    }
+
+    /// A token for the pod's service account, bound to the pod (TokenRequest).
+    async fn request_token(&self, pod: &Pod, want: &TokenWanted) -> Result<String, String> {
+        use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let sa = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: want.audience.iter().cloned().collect(),
+                expiration_seconds: Some(want.expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: pod.metadata.name.clone(),
+                    uid: Some(self.uid.clone()),
+                }),
+            },
+            ..TokenRequest::default()
+        };
+        let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(self.ctx.client.clone(), ns);
+        match api
+            .create_token_request(&sa, &kube::api::PostParams::default(), &req)
+            .await
+        {
+            Ok(tr) => tr
+                .status
+                .map(|s| s.token)
+                .ok_or_else(|| "the token request returned no token".to_string()),
+            Err(e) => Err(format!("failed to fetch token: {e}")),
+        }
     }
 
     /// One `BackOff` event per crashed instance that waits for its back-off.
@@ -802,19 +932,25 @@ impl Worker {
     /// Removes every sandbox of the pod (its containers with it).
     async fn remove_everything(&mut self, _grace: u64) {
         let ids = self.sandbox_ids();
-        if ids.is_empty() {
-            return;
-        }
-        blocking(move || {
-            let Ok(mut rt) = runtime() else { return };
-            for id in ids {
-                if let Err(e) = rt.remove_sandbox(&id) {
-                    tracing::warn!(sandbox = %id, error = %e, "removing the sandbox failed");
+        if !ids.is_empty() {
+            blocking(move || {
+                let Ok(mut rt) = runtime() else { return };
+                for id in ids {
+                    if let Err(e) = rt.remove_sandbox(&id) {
+                        tracing::warn!(sandbox = %id, error = %e, "removing the sandbox failed");
+                    }
                 }
-            }
-        })
-        .await;
+            })
+            .await;
+        }
         self.obs = Observed::default();
+        let dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing the pod's volumes failed");
+        }
+        self.volumes = None;
     }
 
     /// The final delete: grace 0 with a UID precondition (NODE-31 step 6).

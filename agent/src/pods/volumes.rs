@@ -1,0 +1,788 @@
+//! Pod volumes on the node (docs/SEEDS-SPEC.md §4, the kubelet's volume plugins): emptyDir,
+//! configMap, secret, downwardAPI, projected (serviceAccountToken, configMap, secret,
+//! downwardAPI) and hostPath, under `/var/lib/kubelet/pods/<uid>/volumes/<plugin>/<name>`, bind
+//! mounted into the containers by the runtime.
+//!
+//! What a volume holds is pure ([`files`]) over the objects the worker fetched ([`Sources`]);
+//! writing is atomic as the kubelet's `AtomicWriter` does it: the files go to a fresh `..<n>`
+//! directory, the `..data` symlink is swapped to it with a rename, and each top-level name is a
+//! symlink through `..data`, so a container never sees half an update.
+//!
+//! Not yet: emptyDir `sizeLimit` and `medium: Memory` limits (the node's root is a tmpfs, so
+//! every emptyDir is in memory), clusterTrustBundle sources, persistent volumes.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, Container, DownwardAPIVolumeFile, KeyToPath, Pod, SecretProjection, Volume,
+};
+
+use super::env::Sources;
+
+/// Where pods' volumes live.
+pub const ROOT: &str = "/var/lib/kubelet/pods";
+
+/// A pod's directory.
+pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
+    root.join(uid)
+}
+
+/// One file of a volume: its bytes and mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    pub data: Vec<u8>,
+    pub mode: u32,
+}
+
+/// What a volume is on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// An empty directory the containers share.
+    EmptyDir,
+    /// Files written atomically (relative paths).
+    Files(BTreeMap<String, File>),
+    /// A path of the node, as it is.
+    HostPath { path: PathBuf, kind: String },
+}
+
+/// A service account token a projected volume holds: the TokenRequest to make.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TokenWanted {
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+}
+
+/// The plugin directory name of a volume (`kubernetes.io~configmap`, ...).
+pub fn plugin(v: &Volume) -> &'static str {
+    if v.empty_dir.is_some() {
+        "kubernetes.io~empty-dir"
+    } else if v.config_map.is_some() {
+        "kubernetes.io~configmap"
+    } else if v.secret.is_some() {
+        "kubernetes.io~secret"
+    } else if v.downward_api.is_some() {
+        "kubernetes.io~downward-api"
+    } else if v.projected.is_some() {
+        "kubernetes.io~projected"
+    } else if v.host_path.is_some() {
+        "kubernetes.io~host-path"
+    } else {
+        "unsupported"
+    }
+}
+
+/// A relative path that stays in its directory.
+fn safe_relative(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with("..")
+        && Path::new(p)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+}
+
+fn mode(m: Option<i32>, default: i32) -> u32 {
+    u32::try_from(m.unwrap_or(default)).unwrap_or(0o644) & 0o7777
+}
+
+/// Keys (or the `items` chosen) of a ConfigMap/Secret as files.
+fn keyed(
+    out: &mut BTreeMap<String, File>,
+    data: &BTreeMap<String, String>,
+    items: Option<&Vec<KeyToPath>>,
+    default_mode: i32,
+    what: &str,
+) -> Result<(), String> {
+    match items {
+        None => {
+            for (k, v) in data {
+                out.insert(
+                    k.clone(),
+                    File {
+                        data: v.clone().into_bytes(),
+                        mode: mode(None, default_mode),
+                    },
+                );
+            }
+        }
+        Some(items) => {
+            for it in items {
+                let v = data
+                    .get(&it.key)
+                    .ok_or_else(|| format!("configmap references non-existent config key: {}", it.key))
+                    .map_err(|e| {
+                        if what == "secret" {
+                            e.replace("configmap", "secret")
+                        } else {
+                            e
+                        }
+                    })?;
+                if !safe_relative(&it.path) {
+                    return Err(format!("invalid path {:?}", it.path));
+                }
+                out.insert(
+                    it.path.clone(),
+                    File {
+                        data: v.clone().into_bytes(),
+                        mode: mode(it.mode, default_mode),
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The downward API files (labels and annotations as `key="value"` lines, sorted).
+fn downward(
+    out: &mut BTreeMap<String, File>,
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: i32,
+    node_ip: Option<&str>,
+    pod_ip: Option<&str>,
+) -> Result<(), String> {
+    let m = &pod.metadata;
+    let pairs = |map: Option<&BTreeMap<String, String>>| -> String {
+        map.into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}\n"))
+            .collect()
+    };
+    for it in items {
+        if !safe_relative(&it.path) {
+            return Err(format!("invalid path {:?}", it.path));
+        }
+        let text = if let Some(f) = &it.field_ref {
+            match f.field_path.as_str() {
+                "metadata.labels" => pairs(m.labels.as_ref()),
+                "metadata.annotations" => pairs(m.annotations.as_ref()),
+                "metadata.name" => m.name.clone().unwrap_or_default(),
+                "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+                "metadata.uid" => m.uid.clone().unwrap_or_default(),
+                "spec.nodeName" => pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default(),
+                "spec.serviceAccountName" => pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.service_account_name.clone())
+                    .unwrap_or_default(),
+                "status.hostIP" => node_ip.unwrap_or_default().to_string(),
+                "status.podIP" => pod_ip.unwrap_or_default().to_string(),
+                other => {
+                    let key = |prefix: &str| other.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
+                    if let Some(k) = key("metadata.labels['") {
+                        m.labels
+                            .as_ref()
+                            .and_then(|l| l.get(k).cloned())
+                            .unwrap_or_default()
+                    } else if let Some(k) = key("metadata.annotations['") {
+                        m.annotations
+                            .as_ref()
+                            .and_then(|l| l.get(k).cloned())
+                            .unwrap_or_default()
+                    } else {
+                        return Err(format!("unsupported fieldPath: {other}"));
+                    }
+                }
+            }
+        } else {
+            return Err(format!(
+                "{}: resourceFieldRef in volumes is not supported yet",
+                it.path
+            ));
+        };
+        out.insert(
+            it.path.clone(),
+            File {
+                data: text.into_bytes(),
+                mode: mode(it.mode, default_mode),
+            },
+        );
+    }
+    Ok(())
+}
+
+fn config_map(
+    out: &mut BTreeMap<String, File>,
+    sources: &Sources,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    optional: Option<bool>,
+    default_mode: i32,
+) -> Result<(), String> {
+    match sources.config_maps.get(name).cloned().flatten() {
+        Some(data) => keyed(out, &data, items, default_mode, "configmap"),
+        None if optional == Some(true) => Ok(()),
+        None => Err(format!("configmap \"{name}\" not found")),
+    }
+}
+
+fn secret(
+    out: &mut BTreeMap<String, File>,
+    sources: &Sources,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    optional: Option<bool>,
+    default_mode: i32,
+) -> Result<(), String> {
+    match sources.secrets.get(name).cloned().flatten() {
+        Some(data) => keyed(out, &data, items, default_mode, "secret"),
+        None if optional == Some(true) => Ok(()),
+        None => Err(format!("secret \"{name}\" not found")),
+    }
+}
+
+/// What volume `v` of `pod` holds, given the fetched objects and tokens (by [`TokenWanted`]).
+pub fn files(
+    pod: &Pod,
+    v: &Volume,
+    sources: &Sources,
+    tokens: &BTreeMap<TokenWanted, String>,
+    node_ip: Option<&str>,
+    pod_ip: Option<&str>,
+) -> Result<Content, String> {
+    let mut out = BTreeMap::new();
+    if v.empty_dir.is_some() {
+        return Ok(Content::EmptyDir);
+    }
+    if let Some(h) = &v.host_path {
+        return Ok(Content::HostPath {
+            path: PathBuf::from(&h.path),
+            kind: h.type_.clone().unwrap_or_default(),
+        });
+    }
+    if let Some(c) = &v.config_map {
+        config_map(
+            &mut out,
+            sources,
+            &c.name,
+            c.items.as_ref(),
+            c.optional,
+            c.default_mode.unwrap_or(0o644),
+        )?;
+    } else if let Some(s) = &v.secret {
+        let name = s.secret_name.as_deref().unwrap_or_default();
+        secret(
+            &mut out,
+            sources,
+            name,
+            s.items.as_ref(),
+            s.optional,
+            s.default_mode.unwrap_or(0o644),
+        )?;
+    } else if let Some(d) = &v.downward_api {
+        let items = d.items.as_deref().unwrap_or_default();
+        downward(
+            &mut out,
+            pod,
+            items,
+            d.default_mode.unwrap_or(0o644),
+            node_ip,
+            pod_ip,
+        )?;
+    } else if let Some(p) = &v.projected {
+        let dm = p.default_mode.unwrap_or(0o644);
+        for src in p.sources.iter().flatten() {
+            if let Some(ConfigMapProjection {
+                name,
+                items,
+                optional,
+            }) = &src.config_map
+            {
+                config_map(&mut out, sources, name, items.as_ref(), *optional, dm)?;
+            }
+            if let Some(SecretProjection {
+                name,
+                items,
+                optional,
+            }) = &src.secret
+            {
+                secret(&mut out, sources, name, items.as_ref(), *optional, dm)?;
+            }
+            if let Some(d) = &src.downward_api {
+                downward(
+                    &mut out,
+                    pod,
+                    d.items.as_deref().unwrap_or_default(),
+                    dm,
+                    node_ip,
+                    pod_ip,
+                )?;
+            }
+            if let Some(t) = &src.service_account_token {
+                let want = token_wanted(t);
+                let token = tokens
+                    .get(&want)
+                    .ok_or_else(|| "the service account token is not available".to_string())?;
+                if !safe_relative(&t.path) {
+                    return Err(format!("invalid path {:?}", t.path));
+                }
+                out.insert(
+                    t.path.clone(),
+                    File {
+                        data: token.clone().into_bytes(),
+                        mode: mode(None, dm),
+                    },
+                );
+            }
+        }
+    } else {
+        return Err("volume type not supported by this agent yet".into());
+    }
+    Ok(Content::Files(out))
+}
+
+fn token_wanted(t: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection) -> TokenWanted {
+    TokenWanted {
+        audience: t.audience.clone().filter(|a| !a.is_empty()),
+        expiration_seconds: t.expiration_seconds.unwrap_or(3600),
+    }
+}
+
+/// The tokens a pod's volumes need.
+pub fn tokens_wanted(pod: &Pod) -> Vec<TokenWanted> {
+    let mut out: Vec<TokenWanted> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|s| s.service_account_token.as_ref())
+        .map(token_wanted)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The ConfigMaps and Secrets the pod's volumes refer to (names).
+pub fn references(pod: &Pod) -> (Vec<String>, Vec<String>) {
+    let (mut cms, mut secrets) = (Vec::new(), Vec::new());
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(c) = &v.config_map {
+            cms.push(c.name.clone());
+        }
+        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            secrets.push(s);
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &src.config_map {
+                cms.push(c.name.clone());
+            }
+            if let Some(s) = &src.secret {
+                secrets.push(s.name.clone());
+            }
+        }
+    }
+    cms.sort();
+    cms.dedup();
+    secrets.sort();
+    secrets.dedup();
+    (cms, secrets)
+}
+
+/// Checks a hostPath against its `type` (the kubelet's messages).
+fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let p = path.display();
+    let meta = std::fs::metadata(path);
+    let ft = meta.as_ref().map(|m| m.file_type());
+    let fail = |what: &str| Err(format!("hostPath type check failed: {p} is not a {what}"));
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => {
+            if ft.is_err() {
+                std::fs::create_dir_all(path).map_err(|e| format!("{p}: {e}"))?;
+                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755));
+            }
+            Ok(())
+        }
+        "FileOrCreate" => {
+            if ft.is_err() {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| format!("{p}: {e}"))?;
+            }
+            Ok(())
+        }
+        "Directory" if ft.as_ref().is_ok_and(|t| t.is_dir()) => Ok(()),
+        "Directory" => fail("directory"),
+        "File" if ft.as_ref().is_ok_and(|t| t.is_file()) => Ok(()),
+        "File" => fail("file"),
+        "Socket" if ft.as_ref().is_ok_and(|t| t.is_socket()) => Ok(()),
+        "Socket" => fail("socket file"),
+        "CharDevice" if ft.as_ref().is_ok_and(|t| t.is_char_device()) => Ok(()),
+        "CharDevice" => fail("character device"),
+        "BlockDevice" if ft.as_ref().is_ok_and(|t| t.is_block_device()) => Ok(()),
+        "BlockDevice" => fail("block device"),
+        other => Err(format!("invalid hostPath type {other:?}")),
+    }
+}
+
+/// Writes `files` into `dir` atomically (`..data` swap); nothing is written when they are
+/// already there. Returns whether anything changed.
+pub fn write_atomic(dir: &Path, files: &BTreeMap<String, File>) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let data = dir.join("..data");
+    let current = std::fs::read_link(&data).ok();
+    if let Some(cur) = &current {
+        let same = files.iter().all(|(rel, f)| {
+            let p = dir.join(cur).join(rel);
+            std::fs::read(&p).is_ok_and(|d| d == f.data)
+                && std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode)
+        }) && count_files(&dir.join(cur)) == files.len();
+        if same {
+            return Ok(false);
+        }
+    }
+    let stamp = format!(
+        "..{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
+    let fresh = dir.join(&stamp);
+    std::fs::create_dir(&fresh)?;
+    for (rel, f) in files {
+        let p = fresh.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, &f.data)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(f.mode))?;
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, &data)?;
+    // Top-level names point through ..data; names gone from the volume are removed.
+    let tops: std::collections::BTreeSet<String> = files
+        .keys()
+        .filter_map(|k| k.split('/').next().map(str::to_string))
+        .collect();
+    for top in &tops {
+        let link = dir.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            symlink(Path::new("..data").join(top), &link)?;
+        }
+    }
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("..") {
+            if name != "..data" && name != stamp {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        } else if !tops.contains(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(true)
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// A DNS-1123 label (volume names are; they become directory names).
+fn is_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Makes volume `v` present under the pod's directory; returns the directory (or path) to mount.
+pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, String> {
+    if !is_label(&v.name) {
+        return Err(format!("invalid volume name {:?}", v.name));
+    }
+    let dir = pod_dir.join("volumes").join(plugin(v)).join(&v.name);
+    match content {
+        Content::EmptyDir => {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            Ok(dir)
+        }
+        Content::Files(files) => {
+            write_atomic(&dir, files).map_err(|e| format!("{}: {e}", dir.display()))?;
+            Ok(dir)
+        }
+        Content::HostPath { path, kind } => {
+            check_host_path(path, kind)?;
+            Ok(path.clone())
+        }
+    }
+}
+
+/// The bind mounts of container `c`: (volume dir + subPath, mountPath, read only).
+pub fn mounts(c: &Container, dirs: &BTreeMap<String, PathBuf>) -> Result<Vec<runtime_api::Mount>, String> {
+    let mut out = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let dir = dirs
+            .get(&m.name)
+            .ok_or_else(|| format!("volume {:?} is not available", m.name))?;
+        let source = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            None => dir.clone(),
+            Some(sub) if safe_relative(sub) => {
+                let p = dir.join(sub);
+                if std::fs::symlink_metadata(&p).is_err() {
+                    std::fs::create_dir_all(&p).map_err(|e| format!("subPath {sub}: {e}"))?;
+                }
+                p
+            }
+            Some(sub) => {
+                return Err(format!(
+                    "invalid subPath {sub:?}: must be a relative path without '..'"
+                ));
+            }
+        };
+        out.push(runtime_api::Mount {
+            host_path: source,
+            container_path: m.mount_path.clone(),
+            read_only: m.read_only == Some(true),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(volumes: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u1",
+                "labels": {"app": "web", "tier": "front"}},
+            "spec": {"nodeName": "n1", "volumes": volumes,
+                "containers": [{"name": "main", "image": "busybox"}]},
+        }))
+        .expect("pod")
+    }
+
+    fn sources() -> Sources {
+        let data = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        Sources {
+            config_maps: [
+                (
+                    "app".to_string(),
+                    data(&[("MODE", "fast"), ("conf.yaml", "a: 1")]),
+                ),
+                ("kube-root-ca.crt".to_string(), data(&[("ca.crt", "PEM")])),
+            ]
+            .into(),
+            secrets: [("creds".to_string(), data(&[("password", "s3cret")]))].into(),
+        }
+    }
+
+    fn listing(c: &Content) -> Vec<String> {
+        match c {
+            Content::Files(f) => f
+                .iter()
+                .map(|(k, v)| format!("{k}:{:o}={}", v.mode, String::from_utf8_lossy(&v.data)))
+                .collect(),
+            other => vec![format!("{other:?}")],
+        }
+    }
+
+    #[test]
+    fn volume_contents_are_the_kubelets() {
+        let token = TokenWanted {
+            audience: None,
+            expiration_seconds: 3607,
+        };
+        let tokens: BTreeMap<TokenWanted, String> = [(token, "jwt".to_string())].into();
+        let table = [
+            (
+                serde_json::json!({"name": "v", "emptyDir": {}}),
+                Ok(vec!["EmptyDir".to_string()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "app"}}),
+                Ok(vec!["MODE:644=fast".into(), "conf.yaml:644=a: 1".into()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "app", "defaultMode": 0o400,
+                    "items": [{"key": "MODE", "path": "sub/mode"}, {"key": "conf.yaml", "path": "c", "mode": 0o600}]}}),
+                Ok(vec!["c:600=a: 1".into(), "sub/mode:400=fast".into()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "app", "items": [{"key": "nope", "path": "x"}]}}),
+                Err("configmap references non-existent config key: nope".to_string()),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "app", "items": [{"key": "MODE", "path": "../x"}]}}),
+                Err("invalid path \"../x\"".to_string()),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "gone"}}),
+                Err("configmap \"gone\" not found".into()),
+            ),
+            (
+                serde_json::json!({"name": "v", "configMap": {"name": "gone", "optional": true}}),
+                Ok(vec![]),
+            ),
+            (
+                serde_json::json!({"name": "v", "secret": {"secretName": "creds"}}),
+                Ok(vec!["password:644=s3cret".into()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "secret": {"secretName": "nope"}}),
+                Err("secret \"nope\" not found".into()),
+            ),
+            (
+                serde_json::json!({"name": "v", "downwardAPI": {"items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}),
+                Ok(vec![
+                    "labels:644=app=\"web\"\ntier=\"front\"\n".into(),
+                    "name:644=web".into(),
+                ]),
+            ),
+            (
+                serde_json::json!({"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}),
+                Ok(vec![
+                    "ca.crt:644=PEM".into(),
+                    "namespace:644=prod".into(),
+                    "token:644=jwt".into(),
+                ]),
+            ),
+        ];
+        for (vol, want) in table {
+            let p = pod(serde_json::json!([vol.clone()]));
+            let v = &p.spec.as_ref().and_then(|s| s.volumes.as_ref()).expect("volumes")[0];
+            let got = files(&p, v, &sources(), &tokens, Some("10.0.2.15"), None).map(|c| listing(&c));
+            assert_eq!(got, want, "{vol}");
+        }
+    }
+
+    #[test]
+    fn references_and_tokens_are_collected() {
+        let p = pod(serde_json::json!([
+            {"name": "a", "configMap": {"name": "app"}},
+            {"name": "b", "secret": {"secretName": "creds"}},
+            {"name": "c", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}},
+                {"serviceAccountToken": {"path": "t", "audience": "vault", "expirationSeconds": 600}}]}},
+        ]));
+        assert_eq!(
+            references(&p),
+            (
+                vec!["app".to_string(), "kube-root-ca.crt".into()],
+                vec!["creds".to_string()]
+            )
+        );
+        assert_eq!(
+            tokens_wanted(&p),
+            [TokenWanted {
+                audience: Some("vault".into()),
+                expiration_seconds: 600
+            }]
+        );
+    }
+
+    #[test]
+    fn updates_swap_atomically_and_drop_removed_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().join("vol");
+        let f = |pairs: &[(&str, &str)]| -> BTreeMap<String, File> {
+            pairs
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        File {
+                            data: v.as_bytes().to_vec(),
+                            mode: 0o644,
+                        },
+                    )
+                })
+                .collect()
+        };
+        assert!(write_atomic(&d, &f(&[("a", "1"), ("b", "2")])).expect("write"));
+        assert_eq!(std::fs::read_to_string(d.join("a")).expect("a"), "1");
+        assert!(
+            std::fs::symlink_metadata(d.join("a"))
+                .expect("meta")
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            !write_atomic(&d, &f(&[("a", "1"), ("b", "2")])).expect("write"),
+            "unchanged: nothing written"
+        );
+        let before = std::fs::read_link(d.join("..data")).expect("data");
+        assert!(write_atomic(&d, &f(&[("a", "3")])).expect("write"));
+        assert_ne!(std::fs::read_link(d.join("..data")).expect("data"), before);
+        assert_eq!(std::fs::read_to_string(d.join("a")).expect("a"), "3");
+        assert!(std::fs::symlink_metadata(d.join("b")).is_err(), "b removed");
+        let dirs: Vec<String> = std::fs::read_dir(&d)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("..") && n != "..data")
+            .collect();
+        assert_eq!(dirs.len(), 1, "old payloads removed: {dirs:?}");
+    }
+
+    #[test]
+    fn host_paths_are_checked_and_sub_paths_stay_inside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").expect("write");
+        assert_eq!(check_host_path(&file, "File"), Ok(()));
+        assert_eq!(
+            check_host_path(&file, "Directory"),
+            Err(format!(
+                "hostPath type check failed: {} is not a directory",
+                file.display()
+            ))
+        );
+        let made = dir.path().join("made");
+        assert_eq!(check_host_path(&made, "DirectoryOrCreate"), Ok(()));
+        assert!(made.is_dir());
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "main",
+            "volumeMounts": [{"name": "v", "mountPath": "/data", "subPath": "../etc"}]}))
+        .expect("container");
+        let dirs: BTreeMap<String, PathBuf> = [("v".to_string(), dir.path().to_path_buf())].into();
+        assert!(mounts(&c, &dirs).expect_err("escape").contains("invalid subPath"));
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "main",
+            "volumeMounts": [{"name": "v", "mountPath": "/data", "subPath": "sub", "readOnly": true}]}))
+        .expect("container");
+        let m = mounts(&c, &dirs).expect("mounts");
+        assert_eq!(
+            (m[0].host_path.clone(), m[0].read_only),
+            (dir.path().join("sub"), true)
+        );
+        assert!(dir.path().join("sub").is_dir());
+    }
+}
