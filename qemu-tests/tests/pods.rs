@@ -117,7 +117,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "served",
         node,
         &image,
-        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -vv -p 8080 -h /www",
         "Always",
     );
     served["spec"]["containers"][0]["readinessProbe"] =
@@ -474,6 +474,59 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ] {
         ensure!(events.contains(&want), "unlive events lack {want}: {events}");
     }
+
+    // Hooks: postStart exec writes a file; preStop httpGet calls the `served` pod (its httpd
+    // logs the path); a failing postStart kills the container (FailedPostStartHook).
+    let served_ip = cp.kubectl(&["get", "pod", "served", "-o", "jsonpath={.status.podIP}"])?;
+    let mut hooked = pod("hooked", node, &image, "sleep 3600", "Always");
+    hooked["spec"]["containers"][0]["lifecycle"] = serde_json::json!({
+        "postStart": {"exec": {"command": ["sh", "-c", "echo started > /tmp/hook"]}},
+        "preStop": {"httpGet": {"host": served_ip, "port": 8080, "path": "/prestop-called"}},
+    });
+    cp.create(&hooked)?;
+    let mut badhook = pod("badhook", node, &image, "sleep 3600", "Always");
+    badhook["spec"]["containers"][0]["lifecycle"] =
+        serde_json::json!({"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}});
+    cp.create(&badhook)?;
+    cp.wait_for(&["pod", "hooked"], "{.status.phase}", |p| p == "Running", POD)?;
+    ensure!(
+        cp.kubectl(&["exec", "hooked", "--", "cat", "/tmp/hook"])? == "started\n",
+        "postStart did not run"
+    );
+    cp.kubectl(&["delete", "pod", "hooked", "--timeout=120s"])?;
+    let served_log = cp.kubectl(&["logs", "served"])?;
+    let hooked_events = cp.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=hooked",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}={.message};{end}",
+    ])?;
+    // `httpd -vv` logs each request's path.
+    ensure!(
+        served_log.contains("/prestop-called"),
+        "preStop never called: {served_log}\nhooked events: {hooked_events}"
+    );
+    cp.wait_for(
+        &["pod", "badhook"],
+        "{.status.containerStatuses[0].restartCount}",
+        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
+        POD,
+    )?;
+    let events = cp.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=badhook",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}={.message};{end}",
+    ])?;
+    ensure!(
+        events.contains("FailedPostStartHook=Exec lifecycle hook ([sh -c exit 3]) for Container \"main\" in Pod \"badhook_default(")
+            && events.contains("Killing=FailedPostStartHook"),
+        "badhook events: {events}"
+    );
 
     // kubectl delete waits until the agent has stopped the pod and deleted the object.
     cp.kubectl(&["delete", "pod", "web", "--timeout=120s"])?;

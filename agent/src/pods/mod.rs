@@ -8,12 +8,13 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! Not yet: lifecycle hooks, service environment variables, node admission.
+//! Not yet: service environment variables, node admission.
 
 mod backoff;
 mod container;
 mod env;
 mod events;
+mod hooks;
 mod plan;
 mod probe;
 mod status;

@@ -135,7 +135,7 @@ impl Prober {
 pub type Outcome = Result<(), String>;
 
 /// The port of an httpGet/tcpSocket probe: a number, or a named port of the container.
-fn port(c: &Container, p: &IntOrString) -> Result<u16, String> {
+pub fn port(c: &Container, p: &IntOrString) -> Result<u16, String> {
     match p {
         IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
         IntOrString::String(name) => c

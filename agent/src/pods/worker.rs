@@ -23,6 +23,7 @@ use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
 use super::env;
 use super::events::{self, Event};
+use super::hooks::{self, Hook};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
 use super::status::{self, pod_label};
@@ -556,7 +557,45 @@ impl Worker {
             }
         };
         events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        if out.is_none() {
+            self.post_start(pod, name).await;
+        }
         out
+    }
+
+    /// Runs the container's postStart hook, if any (NODE-26); a failure kills the container,
+    /// which then restarts per policy.
+    async fn post_start(&mut self, pod: &Pod, name: &str) {
+        let Some(spec) = spec_container(pod, name).cloned() else {
+            return;
+        };
+        let Some(h) = Hook::PostStart.of(&spec) else {
+            return;
+        };
+        let Some(id) = self
+            .obs
+            .containers
+            .get(name)
+            .and_then(|c| c.current.as_ref())
+            .map(|i| i.id.clone())
+        else {
+            return;
+        };
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        // The hook has no deadline of its own upstream; two minutes bound a hung one here.
+        let r = hooks::run(h, &spec, &id, pod, pod_ip.as_deref(), Duration::from_secs(120)).await;
+        if let Err(msg) = r {
+            tracing::warn!(container = %name, error = %msg, "postStart hook failed");
+            let ev = Event::warning(Hook::PostStart.failed_reason(), name, msg);
+            events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+            let kill = vec![(name.to_string(), id, "FailedPostStartHook".to_string())];
+            self.stop_with(pod, kill, grace).await;
+        }
     }
 
     /// Runs the probes that are due (NODE-22..NODE-25); a failed liveness or startup probe
@@ -617,16 +656,6 @@ impl Worker {
                     ));
                 }
                 let kill = concluded == Some(false) && kind != Kind::Readiness;
-                if kill {
-                    evs.push(Event::normal(
-                        "Killing",
-                        &name,
-                        format!(
-                            "Container {name} failed {} probe, will be restarted",
-                            kind.word().to_lowercase()
-                        ),
-                    ));
-                }
                 events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
                 if kill {
                     // The probe's own grace period first, then the pod's.
@@ -634,19 +663,17 @@ impl Worker {
                         .termination_grace_period_seconds
                         .or(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
                         .map_or(30, |g| u64::try_from(g).unwrap_or(0));
-                    self.stop_quietly(name.clone(), id, grace).await;
+                    let message = format!(
+                        "Container {name} failed {} probe, will be restarted",
+                        kind.word().to_lowercase()
+                    );
+                    self.stop_with(pod, vec![(name.clone(), id, message)], grace)
+                        .await;
                     break;
                 }
             }
         }
         (changed, next)
-    }
-
-    /// Stops one container without a `Killing` event (the caller posted its own).
-    async fn stop_quietly(&mut self, name: String, id: String, grace: u64) {
-        let timeout = grace.max(2);
-        let r = blocking(move || runtime().and_then(|mut rt| rt.stop_container(&id, timeout))).await;
-        self.stopped(&name, r);
     }
 
     /// Takes the runtime's answer to a stop into `obs`.
@@ -870,18 +897,58 @@ impl Worker {
 
     /// Stops `containers` (name, id) in parallel within `grace` seconds (at least 2: NODE-31).
     async fn stop(&mut self, pod: &Pod, containers: Vec<(String, String)>, grace: u64) {
+        let stops = containers
+            .into_iter()
+            .map(|(name, id)| {
+                let message = format!("Stopping container {name}");
+                (name, id, message)
+            })
+            .collect();
+        self.stop_with(pod, stops, grace).await;
+    }
+
+    /// Stops containers (name, id, `Killing` message) in parallel: each runs its preStop hook
+    /// inside the grace period, then gets what is left of it, at least 2 s (NODE-27, NODE-31).
+    async fn stop_with(&mut self, pod: &Pod, containers: Vec<(String, String, String)>, grace: u64) {
         let evs = containers
             .iter()
-            .map(|(n, _)| Event::normal("Killing", n, format!("Stopping container {n}")))
+            .map(|(n, _, message)| Event::normal("Killing", n, message.clone()))
             .collect();
         events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
-        let timeout = grace.max(2);
-        let stops = containers.into_iter().map(|(name, id)| async move {
-            let r = blocking(move || runtime().and_then(|mut rt| rt.stop_container(&id, timeout))).await;
-            (name, r)
+        let deadline = Instant::now() + Duration::from_secs(grace);
+        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let stops = containers.into_iter().map(|(name, id, _)| {
+            let spec = spec_container(pod, &name).cloned();
+            let pod_ip = pod_ip.clone();
+            async move {
+                let mut failed = None;
+                if let Some(spec) = &spec
+                    && let Some(h) = Hook::PreStop.of(spec)
+                {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tracing::debug!(container = %name, left_ms = left.as_millis() as u64, "running the preStop hook");
+                    if let Err(msg) = hooks::run(h, spec, &id, pod, pod_ip.as_deref(), left).await {
+                        tracing::warn!(container = %name, error = %msg, "preStop hook failed");
+                        failed = Some(msg);
+                    }
+                }
+                let timeout = deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_secs()
+                    .max(2);
+                let r = blocking(move || runtime().and_then(|mut rt| rt.stop_container(&id, timeout))).await;
+                (name, r, failed)
+            }
         });
-        for (name, r) in futures_util::future::join_all(stops).await {
+        let mut evs = Vec::new();
+        for (name, r, failed) in futures_util::future::join_all(stops).await {
+            if let Some(msg) = failed {
+                evs.push(Event::warning(Hook::PreStop.failed_reason(), &name, msg));
+            }
             self.stopped(&name, r);
+        }
+        if !evs.is_empty() {
+            events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
         }
     }
 
