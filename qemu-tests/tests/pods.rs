@@ -182,7 +182,23 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ]);
     cp.create(&vols)?;
 
+    // Node admission: a pod bound by hand whose nodeSelector the node does not match fails.
+    let mut misfit = pod("misfit", node, &image, "sleep 3600", "Always");
+    misfit["spec"]["nodeSelector"] = serde_json::json!({"disk": "nope"});
+    cp.create(&misfit)?;
+
     cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
+    let rejected = cp.wait_for(
+        &["pod", "misfit"],
+        "{.status.phase}|{.status.reason}|{.status.message}",
+        |s| s.starts_with("Failed"),
+        POD,
+    )?;
+    ensure!(
+        rejected
+            == "Failed|NodeAffinity|Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+        "misfit: {rejected}"
+    );
     let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
     let f2: Vec<&str> = ip.split_whitespace().collect();
     ensure!(

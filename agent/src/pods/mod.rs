@@ -8,8 +8,9 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! Not yet: service environment variables, node admission.
+//! New pods pass node admission first (`admission.rs`). Not yet: service environment variables.
 
+mod admission;
 mod backoff;
 mod container;
 mod env;
@@ -82,6 +83,66 @@ async fn pleg(tx: watch::Sender<Option<Arc<Snapshot>>>) {
 /// The pod workers by pod uid: the sender of the pod's latest version (None once it is gone).
 type Workers = BTreeMap<String, watch::Sender<Option<Arc<Pod>>>>;
 
+/// Whether a pod is in a terminal phase.
+fn terminal(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Admits a pod new to this agent (NODE-12): a rejected pod is written `Failed` with the
+/// kubelet's reason and message (and handed to its worker that way, so nothing runs). Pods the
+/// runtime already runs, terminal pods and pods being deleted are not checked.
+async fn admit(
+    ctx: &Ctx,
+    snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
+    workers: &Workers,
+    pod: &mut Pod,
+) {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let runs = snap_rx
+        .borrow()
+        .as_ref()
+        .is_some_and(|s| s.sandboxes.iter().any(|sb| sb.uid == uid));
+    if runs || terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(ctx.client.clone());
+    let node = match nodes.get(&ctx.node.node).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading this node failed; admitting without checks");
+            return;
+        }
+    };
+    let admitted: Vec<Arc<Pod>> = workers
+        .values()
+        .filter_map(|tx| tx.borrow().clone())
+        .filter(|p| !terminal(p) && p.metadata.uid.as_deref() != Some(uid.as_str()))
+        .collect();
+    let admitted: Vec<&Pod> = admitted.iter().map(Arc::as_ref).collect();
+    let Err(r) = admission::admit(pod, &node, &admitted) else {
+        return;
+    };
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    tracing::warn!(pod = %format!("{ns}/{name}"), reason = %r.reason, message = %r.message, "pod rejected");
+    let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), &ns);
+    let patch = kube::api::Patch::Merge(serde_json::json!({"status": {
+        "phase": "Failed", "reason": r.reason, "message": r.message}}));
+    if let Err(e) = api
+        .patch_status(&name, &kube::api::PatchParams::default(), &patch)
+        .await
+    {
+        tracing::warn!(error = %e, "writing the rejection failed");
+    }
+    let status = pod.status.get_or_insert_default();
+    status.phase = Some("Failed".into());
+    status.reason = Some(r.reason);
+    status.message = Some(r.message);
+}
+
 /// Runs this node's pods forever.
 pub async fn run(client: kube::Client, settings: PodSettings) {
     let ctx = Arc::new(Ctx {
@@ -95,6 +156,13 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
     });
     let (snap_tx, snap_rx) = watch::channel(None);
     tokio::spawn(pleg(snap_tx));
+    // Admission and adoption need the runtime's view: wait for the first one.
+    let mut first = snap_rx.clone();
+    while first.borrow_and_update().is_none() {
+        if first.changed().await.is_err() {
+            return;
+        }
+    }
     let api: kube::Api<Pod> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", settings.node));
     let mut stream = watcher::watcher(api, config).boxed();
@@ -123,7 +191,7 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
                 if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
                     seen.insert(uid);
                 }
-                apply(&mut workers, &ctx, &snap_rx, pod);
+                apply(&mut workers, &ctx, &snap_rx, pod).await;
             }
             Ok(watcher::Event::InitDone) => {
                 let seen = listing.take().unwrap_or_default();
@@ -134,7 +202,7 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
                 }
                 listed_once = true;
             }
-            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, pod),
+            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, pod).await,
             Ok(watcher::Event::Delete(pod)) => {
                 if let Some(tx) = pod.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
                     let _ = tx.send(None);
@@ -149,19 +217,24 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
     }
 }
 
-/// Hands a pod's new version to its worker, starting one for a new pod.
-fn apply(workers: &mut Workers, ctx: &Arc<Ctx>, snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>, pod: Pod) {
+/// Hands a pod's new version to its worker, starting one (after admission) for a new pod.
+async fn apply(
+    workers: &mut Workers,
+    ctx: &Arc<Ctx>,
+    snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
+    mut pod: Pod,
+) {
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };
-    let pod = Arc::new(pod);
     if let Some(tx) = workers.get(&uid)
         && !tx.is_closed()
     {
-        let _ = tx.send(Some(pod));
+        let _ = tx.send(Some(Arc::new(pod)));
         return;
     }
-    let (tx, rx) = watch::channel(Some(pod));
+    admit(ctx, snap_rx, workers, &mut pod).await;
+    let (tx, rx) = watch::channel(Some(Arc::new(pod)));
     let w = Worker::new(ctx.clone(), uid.clone(), rx, snap_rx.clone());
     tokio::spawn(w.run());
     workers.insert(uid, tx);
