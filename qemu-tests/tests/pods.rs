@@ -62,6 +62,17 @@ fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String
     Ok(lines?)
 }
 
+/// Waits until the pod's first container restarted at least once.
+fn restarted(cp: &ControlPlane, pod: &str) -> Result<()> {
+    cp.wait_for(
+        &["pod", pod],
+        "{.status.containerStatuses[0].restartCount}",
+        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
+        POD,
+    )?;
+    Ok(())
+}
+
 fn pod(name: &str, node: &str, image: &str, script: &str, restart: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -230,12 +241,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "{table}"
     );
 
-    cp.wait_for(
-        &["pod", "crash"],
-        "{.status.containerStatuses[0].restartCount}",
-        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
-        POD,
-    )?;
+    restarted(&cp, "crash")?;
     let last = cp.kubectl(&[
         "get",
         "pod",
@@ -469,12 +475,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         |s| s == "True",
         POD,
     )?;
-    cp.wait_for(
-        &["pod", "unlive"],
-        "{.status.containerStatuses[0].restartCount}",
-        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
-        POD,
-    )?;
+    restarted(&cp, "unlive")?;
     let unlive_ip = cp.kubectl(&["get", "pod", "unlive", "-o", "jsonpath={.status.podIP}"])?;
     let events = cp.kubectl(&[
         "get",
@@ -524,12 +525,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         served_log.contains("/prestop-called"),
         "preStop never called: {served_log}\nhooked events: {hooked_events}"
     );
-    cp.wait_for(
-        &["pod", "badhook"],
-        "{.status.containerStatuses[0].restartCount}",
-        |n| n.parse::<u32>().is_ok_and(|n| n >= 1),
-        POD,
-    )?;
+    restarted(&cp, "badhook")?;
     let events = cp.kubectl(&[
         "get",
         "events",

@@ -63,8 +63,7 @@ pub async fn run(
         return match r {
             Some(Ok(out)) if out.exit_code == 0 => Ok(()),
             Some(Ok(out)) => {
-                let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-                text.push_str(&String::from_utf8_lossy(&out.stderr));
+                let text = probe::exec_text(&out);
                 Err(format!(
                     "Exec lifecycle hook ({}) {who} failed - error: command '{}' exited with {}: {text}, message: {text:?}",
                     go_list(&cmd),

@@ -213,6 +213,13 @@ pub async fn http(
     }
 }
 
+/// What a command run in a container printed (stdout, then stderr), as the kubelet reports it.
+pub fn exec_text(out: &runtime_api::ExecSyncResult) -> String {
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
 /// Runs probe `p` of container `c` (instance `container_id`) in a pod at `pod_ip`.
 pub async fn run(p: &Probe, c: &Container, container_id: &str, pod_ip: Option<&str>) -> Outcome {
     let t = Timing::of(p);
@@ -228,11 +235,7 @@ pub async fn run(p: &Probe, c: &Container, container_id: &str, pod_ip: Option<&s
         .await;
         return match r {
             Some(Ok(out)) if out.exit_code == 0 => Ok(()),
-            Some(Ok(out)) => {
-                let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-                text.push_str(&String::from_utf8_lossy(&out.stderr));
-                Err(text)
-            }
+            Some(Ok(out)) => Err(exec_text(&out)),
             Some(Err(e)) if e.kind() == runtime_api::ErrorKind::DeadlineExceeded => {
                 Err(format!("command timed out after {}s", timeout.as_secs()))
             }

@@ -207,33 +207,20 @@ fn downward(
     Ok(())
 }
 
-fn config_map(
+/// The files of a ConfigMap (`kind` "configmap") or Secret ("secret") source, from `objects`.
+fn object_files(
     out: &mut BTreeMap<String, File>,
-    sources: &Sources,
+    objects: &BTreeMap<String, Option<BTreeMap<String, String>>>,
+    kind: &str,
     name: &str,
     items: Option<&Vec<KeyToPath>>,
     optional: Option<bool>,
     default_mode: i32,
 ) -> Result<(), String> {
-    match sources.config_maps.get(name).cloned().flatten() {
-        Some(data) => keyed(out, &data, items, default_mode, "configmap"),
+    match objects.get(name).cloned().flatten() {
+        Some(data) => keyed(out, &data, items, default_mode, kind),
         None if optional == Some(true) => Ok(()),
-        None => Err(format!("configmap \"{name}\" not found")),
-    }
-}
-
-fn secret(
-    out: &mut BTreeMap<String, File>,
-    sources: &Sources,
-    name: &str,
-    items: Option<&Vec<KeyToPath>>,
-    optional: Option<bool>,
-    default_mode: i32,
-) -> Result<(), String> {
-    match sources.secrets.get(name).cloned().flatten() {
-        Some(data) => keyed(out, &data, items, default_mode, "secret"),
-        None if optional == Some(true) => Ok(()),
-        None => Err(format!("secret \"{name}\" not found")),
+        None => Err(format!("{kind} \"{name}\" not found")),
     }
 }
 
@@ -257,9 +244,10 @@ pub fn files(
         });
     }
     if let Some(c) = &v.config_map {
-        config_map(
+        object_files(
             &mut out,
-            sources,
+            &sources.config_maps,
+            "configmap",
             &c.name,
             c.items.as_ref(),
             c.optional,
@@ -267,9 +255,10 @@ pub fn files(
         )?;
     } else if let Some(s) = &v.secret {
         let name = s.secret_name.as_deref().unwrap_or_default();
-        secret(
+        object_files(
             &mut out,
-            sources,
+            &sources.secrets,
+            "secret",
             name,
             s.items.as_ref(),
             s.optional,
@@ -294,7 +283,15 @@ pub fn files(
                 optional,
             }) = &src.config_map
             {
-                config_map(&mut out, sources, name, items.as_ref(), *optional, dm)?;
+                object_files(
+                    &mut out,
+                    &sources.config_maps,
+                    "configmap",
+                    name,
+                    items.as_ref(),
+                    *optional,
+                    dm,
+                )?;
             }
             if let Some(SecretProjection {
                 name,
@@ -302,7 +299,15 @@ pub fn files(
                 optional,
             }) = &src.secret
             {
-                secret(&mut out, sources, name, items.as_ref(), *optional, dm)?;
+                object_files(
+                    &mut out,
+                    &sources.secrets,
+                    "secret",
+                    name,
+                    items.as_ref(),
+                    *optional,
+                    dm,
+                )?;
             }
             if let Some(d) = &src.downward_api {
                 downward(

@@ -115,6 +115,14 @@ fn api_terminated(s: &ApiContainerStatus, now: SystemTime) -> Option<Terminated>
     })
 }
 
+/// The pod's `terminationGracePeriodSeconds` (30 by default).
+fn pod_grace(pod: &Pod) -> u64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .map_or(30, |g| u64::try_from(g).unwrap_or(0))
+}
+
 fn spec_container<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
     let spec = pod.spec.as_ref()?;
     spec.init_containers
@@ -581,11 +589,7 @@ impl Worker {
         else {
             return;
         };
-        let grace = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+        let grace = pod_grace(pod);
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         // The hook has no deadline of its own upstream; two minutes bound a hung one here.
         let r = hooks::run(h, &spec, &id, pod, pod_ip.as_deref(), Duration::from_secs(120)).await;
@@ -887,11 +891,7 @@ impl Worker {
         if running.is_empty() {
             return;
         }
-        let grace = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+        let grace = pod_grace(pod);
         self.stop(pod, running, grace).await;
     }
 
