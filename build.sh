@@ -304,7 +304,7 @@ cmd_test() {
   fi
 }
 
-# bench [boot|api|runtime|scheduler|controllers]
+# bench [boot|api|runtime|pods|scheduler|controllers]
 cmd_bench() {
   local name="${1:-boot}"
   case "$name" in
@@ -321,6 +321,13 @@ cmd_bench() {
         || die "building the control plane failed"
       "$CARGO_TARGET_DIR/release/api-bench" "$OUT_DIR/bench/api.json" || die "the API benchmark failed"
       say "bench api -> $OUT_DIR/bench/api.json"
+      ;;
+    pods)
+      mkdir -p "$OUT_DIR/bench"
+      cmd_image --arch x86_64
+      NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" bench-pods --runs "${BENCH_RUNS:-5}" --json "$OUT_DIR/bench/pods.json" \
+        || die "the pods benchmark failed"
+      say "bench pods -> $OUT_DIR/bench/pods.json"
       ;;
     runtime)
       mkdir -p "$OUT_DIR/bench"
@@ -361,7 +368,7 @@ main() {
     cluster) cmd_cluster "$@" ;;
     test)  cmd_test "$@" ;;
     bench) cmd_bench "$@" ;;
-    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|cluster up|down|status|node ...|test [unit|api|vm|runtime|all]|bench [boot|api|runtime|scheduler|controllers]" ;;
+    *) die "usage: ./build.sh setup|build|image [--arch x86_64|aarch64|all]|run [--arch A] [--uefi] [--stay]|cluster up|down|status|node ...|test [unit|api|vm|runtime|all]|bench [boot|api|runtime|pods|scheduler|controllers]" ;;
   esac
 }
 main "$@"

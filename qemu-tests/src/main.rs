@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use qemu_tests::cluster::ControlPlane;
 use qemu_tests::devcluster;
 use qemu_tests::vm::{Arch, VmConfig, VmFactory, field_u64, out_dir};
@@ -15,7 +15,7 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn usage() -> ! {
     eprintln!(
-        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-runtime [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm cluster up [--nodes N] [--arch x86_64|aarch64|mixed] [--data-dir D] [--memory MIB]\n       nodeos-vm cluster down|status [--data-dir D]\n       nodeos-vm cluster node NAME poweroff|kill|start [--data-dir D]\n       nodeos-vm switch --listen PORT --peer PORT..."
+        "usage: nodeos-vm run [--arch x86_64|aarch64] [--uefi] [--stay]\n       nodeos-vm bench-boot [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-runtime [--runs N] [--arch ARCH|all] --json FILE\n       nodeos-vm bench-pods [--runs N] --json FILE\n       nodeos-vm cluster up [--nodes N] [--arch x86_64|aarch64|mixed] [--data-dir D] [--memory MIB]\n       nodeos-vm cluster down|status [--data-dir D]\n       nodeos-vm cluster node NAME poweroff|kill|start [--data-dir D]\n       nodeos-vm switch --listen PORT --peer PORT..."
     );
     std::process::exit(2)
 }
@@ -73,6 +73,11 @@ fn main() -> Result<()> {
             };
             let json = PathBuf::from(value("--json").unwrap_or_else(|| usage()));
             bench_boot(&arches, runs, &json)
+        }
+        Some("bench-pods") => {
+            let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(5);
+            let json = PathBuf::from(value("--json").unwrap_or_else(|| usage()));
+            bench_pods(runs, &json)
         }
         Some("bench-runtime") => {
             let runs: usize = value("--runs").map(|r| r.parse()).transpose()?.unwrap_or(20);
@@ -280,6 +285,226 @@ fn file_size(p: &std::path::Path) -> Result<u64> {
     Ok(std::fs::metadata(p)
         .with_context(|| format!("{} (run ./build.sh image)", p.display()))?
         .len())
+}
+
+/// Percentiles (nearest rank) of `v` in milliseconds, with the sample count.
+fn percentiles(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        v[i]
+    };
+    serde_json::json!({"n": v.len(), "p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)})
+}
+
+/// Watches pods with `kubectl get pods -w` and returns, for each name in `names`, the time at
+/// which `jsonpath` (one line per event: `name value`) first showed `want`, from `start`.
+fn watch_until(
+    cp: &qemu_tests::cluster::ControlPlane,
+    names: &[String],
+    jsonpath: &str,
+    want: &str,
+    start: std::time::Instant,
+    timeout: Duration,
+) -> Result<Vec<f64>> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .args([
+            "get",
+            "pods",
+            "-w",
+            "-o",
+            &format!("jsonpath={{.metadata.name}} {jsonpath}{{\"\\n\"}}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().context("kubectl stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send((std::time::Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + timeout;
+    while seen.len() < names.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((at, line)) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            bail!("only {} of {} pods reached {want}", seen.len(), names.len());
+        };
+        let mut parts = line.splitn(2, ' ');
+        let (name, value) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        if value.trim() == want && names.iter().any(|n| n == name) && !seen.contains_key(name) {
+            seen.insert(name.to_string(), at.duration_since(start).as_secs_f64() * 1000.0);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(seen.into_values().collect())
+}
+
+/// Pod benchmark (issue: agent): one x86_64 node VM joined to a control plane on the host, the
+/// image already pulled: create → Running for single pods and for 30 created at once, create →
+/// Ready with a readiness probe, the agent's re-adoption of 30 pods after a SIGKILL, and the
+/// node's memory working set (`kubectl top node`) idle and with 30 pods.
+fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
+    use qemu_tests::cluster::ControlPlane;
+    use qemu_tests::guest::{REGISTRY_GUEST, busybox_registry, guest_busybox};
+    const KILL_AFTER_S: u64 = 240;
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let mut factory = VmFactory::new("bench-pods")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "bench-node";
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    // One agent kill, late enough for the other phases to be over.
+    config["debug"] = serde_json::json!({"killAgent": {"afterSeconds": KILL_AFTER_S, "times": 1}});
+    // The API server reaches the agent (for `kubectl top`) through a host forward.
+    let config = cp.expose_agent(&mut nic, &config.to_string())?;
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(config);
+    let mut vm = factory.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", Duration::from_secs(300))?;
+    let booted = std::time::Instant::now();
+    let image = guest_busybox();
+    let pod = |name: &str, probe: bool| {
+        let mut p = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+                "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"]}]}});
+        if probe {
+            p["spec"]["containers"][0]["readinessProbe"] =
+                serde_json::json!({"exec": {"command": ["true"]}, "periodSeconds": 1});
+        }
+        p
+    };
+    let create = |items: Vec<serde_json::Value>| -> Result<()> {
+        cp.create(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?;
+        Ok(())
+    };
+    let phase = "{.status.phase}";
+    let ready = "{.status.conditions[?(@.type==\"Ready\")].status}";
+    // Warm-up: the image is pulled once.
+    let start = std::time::Instant::now();
+    create(vec![pod("warm", false)])?;
+    watch_until(
+        &cp,
+        &["warm".into()],
+        phase,
+        "Running",
+        start,
+        Duration::from_secs(300),
+    )?;
+    // The metrics API scrapes every 15 s from its first request on: a few tries.
+    let top = |cp: &ControlPlane| -> Option<String> {
+        for _ in 0..20 {
+            if let Ok(out) = cp.kubectl(&["top", "node", "--no-headers"])
+                && let Some(m) = out.split_whitespace().nth(3)
+            {
+                return Some(m.to_string());
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        None
+    };
+    std::thread::sleep(Duration::from_secs(20));
+    let idle_memory = top(&cp);
+    let mut single = Vec::new();
+    let mut probed = Vec::new();
+    for i in 0..runs {
+        let name = format!("one-{i}");
+        let start = std::time::Instant::now();
+        create(vec![pod(&name, false)])?;
+        single.extend(watch_until(
+            &cp,
+            std::slice::from_ref(&name),
+            phase,
+            "Running",
+            start,
+            Duration::from_secs(120),
+        )?);
+        let name = format!("ready-{i}");
+        let start = std::time::Instant::now();
+        create(vec![pod(&name, true)])?;
+        probed.extend(watch_until(
+            &cp,
+            std::slice::from_ref(&name),
+            ready,
+            "True",
+            start,
+            Duration::from_secs(120),
+        )?);
+        eprintln!(
+            "bench pods run {}/{runs}: single {:.0} ms, ready {:.0} ms",
+            i + 1,
+            single[i],
+            probed[i]
+        );
+    }
+    let _ = cp.kubectl(&["delete", "pods", "--all", "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(10));
+    let names: Vec<String> = (0..30).map(|i| format!("many-{i}")).collect();
+    let start = std::time::Instant::now();
+    create(names.iter().map(|n| pod(n, false)).collect())?;
+    let many = watch_until(&cp, &names, phase, "Running", start, Duration::from_secs(300))?;
+    eprintln!(
+        "bench pods: 30 at once, last Running after {:.0} ms",
+        many.iter().cloned().fold(0.0, f64::max)
+    );
+    std::thread::sleep(Duration::from_secs(20));
+    let busy_memory = top(&cp);
+    // The agent kill: the time from PID 1's kill to the restarted agent's 30th adoption.
+    let left = Duration::from_secs(KILL_AFTER_S + 60).saturating_sub(booted.elapsed());
+    vm.wait_for_line("killing the service", left)?;
+    let killed = std::time::Instant::now();
+    let before = vm.console().matches("adopted the pod from the runtime").count();
+    let readopt = loop {
+        if vm.console().matches("adopted the pod from the runtime").count() >= before + 30 {
+            break killed.elapsed().as_secs_f64() * 1000.0;
+        }
+        ensure!(
+            killed.elapsed() < Duration::from_secs(120),
+            "the agent did not adopt the 30 pods again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ready_after = cp.kubectl(&[
+        "get",
+        "pods",
+        "-o",
+        &format!("jsonpath={{range .items[*]}}{ready} {{end}}"),
+    ])?;
+    let all_ready = ready_after.split_whitespace().filter(|s| *s == "True").count();
+    let doc = serde_json::json!({
+        "benchmark": "pods", "accel": "tcg", "vcpus": 2, "arch": "x86_64", "memory_mib": 1024,
+        "results": {
+            "create_to_running_single": percentiles(single),
+            "create_to_running_30_at_once": percentiles(many),
+            "create_to_ready_with_probe": percentiles(probed),
+            "agent_kill_to_30_pods_adopted_ms": readopt,
+            "pods_ready_after_agent_restart": all_ready,
+            "node_working_set_idle": idle_memory,
+            "node_working_set_30_pods": busy_memory,
+        },
+        "notes": "times from the kubectl create call to the first watch event showing the state (host clock); \
+                  node working set is kubectl top node (whole machine incl. kernel), not userspace RSS",
+    });
+    std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
 }
 
 /// Runtime benchmark: `runtime-bench` in a node VM per arch, with Debian's runc and crun (and
