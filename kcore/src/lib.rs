@@ -7,6 +7,7 @@
 
 pub mod json;
 pub mod labels;
+pub mod names;
 pub mod qos;
 pub mod quantity;
 pub mod resources;

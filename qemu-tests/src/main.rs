@@ -422,31 +422,17 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     };
     std::thread::sleep(Duration::from_secs(20));
     let idle_memory = top(&cp);
-    let mut single = Vec::new();
-    let mut probed = Vec::new();
+    // Creates pod `name` and returns the time until `path` showed `want` for it.
+    let time_one = |name: String, probe: bool, path: &str, want: &str| -> Result<f64> {
+        let start = std::time::Instant::now();
+        create(vec![pod(&name, probe)])?;
+        let t = watch_until(&cp, &[name], path, want, start, Duration::from_secs(120))?;
+        Ok(t.first().copied().unwrap_or(f64::NAN))
+    };
+    let (mut single, mut probed) = (Vec::new(), Vec::new());
     for i in 0..runs {
-        let name = format!("one-{i}");
-        let start = std::time::Instant::now();
-        create(vec![pod(&name, false)])?;
-        single.extend(watch_until(
-            &cp,
-            std::slice::from_ref(&name),
-            phase,
-            "Running",
-            start,
-            Duration::from_secs(120),
-        )?);
-        let name = format!("ready-{i}");
-        let start = std::time::Instant::now();
-        create(vec![pod(&name, true)])?;
-        probed.extend(watch_until(
-            &cp,
-            std::slice::from_ref(&name),
-            ready,
-            "True",
-            start,
-            Duration::from_secs(120),
-        )?);
+        single.push(time_one(format!("one-{i}"), false, phase, "Running")?);
+        probed.push(time_one(format!("ready-{i}"), true, ready, "True")?);
         eprintln!(
             "bench pods run {}/{runs}: single {:.0} ms, ready {:.0} ms",
             i + 1,

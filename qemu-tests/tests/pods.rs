@@ -62,6 +62,18 @@ fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String
     Ok(lines?)
 }
 
+/// The reasons and messages of the events about pod `name` (`reason=message;` each).
+fn events_of(cp: &ControlPlane, name: &str) -> Result<String> {
+    cp.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}={.message};{end}",
+    ])
+}
+
 /// Waits until the pod's first container restarted at least once.
 fn restarted(cp: &ControlPlane, pod: &str) -> Result<()> {
     cp.wait_for(
@@ -252,14 +264,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ensure!(last == "1", "crash lastState: {last}");
 
     // Events as kubectl describe shows them.
-    let events = cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=web",
-        "-o",
-        "jsonpath={range .items[*]}{.reason}={.message};{end}",
-    ])?;
+    let events = events_of(&cp, "web")?;
     for want in [
         "Pulled=",
         "Created=Container created",
@@ -477,14 +482,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     )?;
     restarted(&cp, "unlive")?;
     let unlive_ip = cp.kubectl(&["get", "pod", "unlive", "-o", "jsonpath={.status.podIP}"])?;
-    let events = cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=unlive",
-        "-o",
-        "jsonpath={range .items[*]}{.reason}={.message};{end}",
-    ])?;
+    let events = events_of(&cp, "unlive")?;
     for want in [
         format!("Unhealthy=Liveness probe failed: dial tcp {unlive_ip}:8081: connect: connection refused"),
         "Killing=Container main failed liveness probe, will be restarted".to_string(),
@@ -512,28 +510,14 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     );
     cp.kubectl(&["delete", "pod", "hooked", "--timeout=120s"])?;
     let served_log = cp.kubectl(&["logs", "served"])?;
-    let hooked_events = cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=hooked",
-        "-o",
-        "jsonpath={range .items[*]}{.reason}={.message};{end}",
-    ])?;
+    let hooked_events = events_of(&cp, "hooked")?;
     // `httpd -vv` logs each request's path.
     ensure!(
         served_log.contains("/prestop-called"),
         "preStop never called: {served_log}\nhooked events: {hooked_events}"
     );
     restarted(&cp, "badhook")?;
-    let events = cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=badhook",
-        "-o",
-        "jsonpath={range .items[*]}{.reason}={.message};{end}",
-    ])?;
+    let events = events_of(&cp, "badhook")?;
     ensure!(
         events.contains("FailedPostStartHook=Exec lifecycle hook ([sh -c exit 3]) for Container \"main\" in Pod \"badhook_default(")
             && events.contains("Killing=FailedPostStartHook"),

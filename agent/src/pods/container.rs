@@ -11,7 +11,9 @@ use runtime_api::{
     SandboxConfig,
 };
 
+use super::env::EnvError;
 use super::events::Event;
+use super::volumes::VolumeError;
 
 /// Why a start failed: the waiting reason the container shows and its message.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +31,11 @@ pub enum StartError {
     #[error(transparent)]
     StartContainer(ClientError),
     /// A missing ConfigMap/Secret (key) or an unusable field reference.
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] EnvError),
+    /// A volume mount the container asks for cannot be made.
+    #[error(transparent)]
+    Mount(#[from] VolumeError),
 }
 
 impl StartError {
@@ -43,7 +48,7 @@ impl StartError {
             StartError::RuntimeUnavailable(_) => "RuntimeUnavailable",
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::StartContainer(_) => "RunContainerError",
-            StartError::Config(_) => "CreateContainerConfigError",
+            StartError::Config(_) | StartError::Mount(_) => "CreateContainerConfigError",
         }
     }
 }

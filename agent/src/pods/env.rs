@@ -80,8 +80,61 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
     out
 }
 
-/// A downward-API field of the pod.
-fn field(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Result<String, String> {
+/// Which kind of object a reference names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    ConfigMap,
+    Secret,
+}
+
+impl Source {
+    /// `configmap` / `secret`, as the kubelet's "not found" texts spell them.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "configmap",
+            Source::Secret => "secret",
+        }
+    }
+
+    /// `ConfigMap` / `Secret`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "ConfigMap",
+            Source::Secret => "Secret",
+        }
+    }
+
+    /// The fetched objects of this kind.
+    pub fn objects(self, sources: &Sources) -> &BTreeMap<String, Option<BTreeMap<String, String>>> {
+        match self {
+            Source::ConfigMap => &sources.config_maps,
+            Source::Secret => &sources.secrets,
+        }
+    }
+}
+
+/// Why a container's environment (or a downward-API file) cannot be built: the kubelet's
+/// `CreateContainerConfigError` messages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("{} \"{name}\" not found", .of.lower())]
+    NotFound { of: Source, name: String },
+    #[error("couldn't find key {key} in {} {namespace}/{name}", .of.kind())]
+    MissingKey {
+        of: Source,
+        key: String,
+        namespace: String,
+        name: String,
+    },
+    #[error("unsupported fieldPath: {0}")]
+    UnsupportedField(String),
+    #[error("unsupported container resource: {0}")]
+    UnsupportedResource(String),
+}
+
+/// A downward-API field of the pod (`metadata.*`, a label or annotation, `spec.nodeName`,
+/// `spec.serviceAccountName`, `status.hostIP`, `status.podIP`).
+pub fn field(pod: &Pod, path: &str, host_ip: Option<&str>, pod_ip: Option<&str>) -> Result<String, EnvError> {
     let m = &pod.metadata;
     let spec = pod.spec.as_ref();
     let v = match path {
@@ -90,7 +143,7 @@ fn field(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Resul
         "metadata.uid" => m.uid.clone(),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
         "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
-        "status.hostIP" | "status.hostIPs" => node.node_ip.clone(),
+        "status.hostIP" | "status.hostIPs" => host_ip.map(str::to_string),
         "status.podIP" | "status.podIPs" => pod_ip.map(str::to_string),
         _ => {
             let (map, key) = if let Some(rest) = path.strip_prefix("metadata.labels['") {
@@ -98,7 +151,7 @@ fn field(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Resul
             } else if let Some(rest) = path.strip_prefix("metadata.annotations['") {
                 (m.annotations.as_ref(), rest.strip_suffix("']"))
             } else {
-                return Err(format!("unsupported fieldPath: {path}"));
+                return Err(EnvError::UnsupportedField(path.into()));
             };
             return Ok(key.and_then(|k| map?.get(k).cloned()).unwrap_or_default());
         }
@@ -108,47 +161,86 @@ fn field(pod: &Pod, path: &str, node: &NodeFacts, pod_ip: Option<&str>) -> Resul
 
 /// `requests.cpu`, `limits.memory`, ... of container `c`, divided by `divisor` and rounded up
 /// (cpu in cores by default, memory in bytes).
-fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, String> {
+fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, EnvError> {
+    let unsupported = || EnvError::UnsupportedResource(resource.into());
     let r = c.resources.as_ref();
-    let (kind, name) = resource
-        .split_once('.')
-        .ok_or_else(|| format!("unsupported container resource: {resource}"))?;
+    let (kind, name) = resource.split_once('.').ok_or_else(unsupported)?;
     let map = match kind {
         "requests" => r.and_then(|r| r.requests.as_ref()),
         "limits" => r.and_then(|r| r.limits.as_ref()),
-        _ => return Err(format!("unsupported container resource: {resource}")),
+        _ => return Err(unsupported()),
     };
     let q = map.and_then(|m| m.get(name)).map(|q| q.0.as_str());
-    match name {
-        "cpu" => {
-            let milli = q.and_then(kcore::quantity::cpu_milli).unwrap_or(0);
-            let per = divisor
+    let (amount, per) = match name {
+        "cpu" => (
+            q.and_then(kcore::quantity::cpu_milli),
+            divisor
                 .and_then(kcore::quantity::cpu_milli)
                 .filter(|d| *d > 0)
-                .unwrap_or(1000);
-            Ok(milli.div_ceil(per).to_string())
-        }
-        "memory" | "ephemeral-storage" => {
-            let bytes = q.and_then(kcore::quantity::bytes).unwrap_or(0);
-            let per = divisor
+                .unwrap_or(1000),
+        ),
+        "memory" | "ephemeral-storage" => (
+            q.and_then(kcore::quantity::bytes),
+            divisor
                 .and_then(kcore::quantity::bytes)
                 .filter(|d| *d > 0)
-                .unwrap_or(1);
-            Ok(bytes.div_ceil(per).to_string())
-        }
-        _ => Err(format!("unsupported container resource: {resource}")),
+                .unwrap_or(1),
+        ),
+        _ => return Err(unsupported()),
+    };
+    Ok(amount.unwrap_or(0).div_ceil(per).to_string())
+}
+
+/// The data of object `name` of kind `source`: None when it is missing and `optional`.
+pub fn object<'s>(
+    sources: &'s Sources,
+    source: Source,
+    name: &str,
+    optional: Option<bool>,
+) -> Result<Option<&'s BTreeMap<String, String>>, EnvError> {
+    match source.objects(sources).get(name).and_then(Option::as_ref) {
+        Some(data) => Ok(Some(data)),
+        None if optional == Some(true) => Ok(None),
+        None => Err(EnvError::NotFound {
+            of: source,
+            name: name.into(),
+        }),
     }
 }
 
-/// The container's environment in order (`envFrom` first, then `env`; later names win), or the
-/// `CreateContainerConfigError` message.
+/// The value of `key` in object `name` (a configMapKeyRef / secretKeyRef); None when optional
+/// and missing.
+fn key_ref(
+    sources: &Sources,
+    source: Source,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    optional: Option<bool>,
+) -> Result<Option<String>, EnvError> {
+    let Some(data) = object(sources, source, name, optional)? else {
+        return Ok(None);
+    };
+    match data.get(key) {
+        Some(v) => Ok(Some(v.clone())),
+        None if optional == Some(true) => Ok(None),
+        None => Err(EnvError::MissingKey {
+            of: source,
+            key: key.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }),
+    }
+}
+
+/// The container's environment in order (`envFrom` first, then `env`; later names win).
 pub fn resolve(
     pod: &Pod,
     c: &Container,
     sources: &Sources,
     node: &NodeFacts,
     pod_ip: Option<&str>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, EnvError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut order: Vec<String> = Vec::new();
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
@@ -160,63 +252,34 @@ pub fn resolve(
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.as_deref().unwrap_or_default();
         let data = if let Some(r) = &from.config_map_ref {
-            let data = sources.config_maps.get(&r.name).cloned().flatten();
-            if data.is_none() && r.optional != Some(true) {
-                return Err(format!("configmap \"{}\" not found", r.name));
-            }
-            data
+            object(sources, Source::ConfigMap, &r.name, r.optional)?
         } else if let Some(r) = &from.secret_ref {
-            let data = sources.secrets.get(&r.name).cloned().flatten();
-            if data.is_none() && r.optional != Some(true) {
-                return Err(format!("secret \"{}\" not found", r.name));
-            }
-            data
+            object(sources, Source::Secret, &r.name, r.optional)?
         } else {
             None
         };
-        for (k, v) in data.unwrap_or_default() {
-            set(&mut order, &mut vars, format!("{prefix}{k}"), v);
+        for (k, v) in data.into_iter().flatten() {
+            set(&mut order, &mut vars, format!("{prefix}{k}"), v.clone());
         }
     }
     for e in c.env.iter().flatten() {
-        let value = if let Some(v) = &e.value {
-            Some(expand(v, &vars))
-        } else if let Some(from) = &e.value_from {
-            if let Some(r) = &from.config_map_key_ref {
-                match sources.config_maps.get(&r.name).cloned().flatten() {
-                    None if r.optional == Some(true) => None,
-                    None => return Err(format!("configmap \"{}\" not found", r.name)),
-                    Some(data) => match data.get(&r.key) {
-                        Some(v) => Some(v.clone()),
-                        None if r.optional == Some(true) => None,
-                        None => {
-                            return Err(format!(
-                                "couldn't find key {} in ConfigMap {ns}/{}",
-                                r.key, r.name
-                            ));
-                        }
-                    },
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => Some(expand(v, &vars)),
+            (None, None) => Some(String::new()),
+            (None, Some(from)) => {
+                if let Some(r) = &from.config_map_key_ref {
+                    key_ref(sources, Source::ConfigMap, ns, &r.name, &r.key, r.optional)?
+                } else if let Some(r) = &from.secret_key_ref {
+                    key_ref(sources, Source::Secret, ns, &r.name, &r.key, r.optional)?
+                } else if let Some(f) = &from.field_ref {
+                    Some(field(pod, &f.field_path, node.node_ip.as_deref(), pod_ip)?)
+                } else if let Some(r) = &from.resource_field_ref {
+                    let divisor = r.divisor.as_ref().map(|d| d.0.as_str());
+                    Some(resource_field(c, &r.resource, divisor)?)
+                } else {
+                    None
                 }
-            } else if let Some(r) = &from.secret_key_ref {
-                match sources.secrets.get(&r.name).cloned().flatten() {
-                    None if r.optional == Some(true) => None,
-                    None => return Err(format!("secret \"{}\" not found", r.name)),
-                    Some(data) => match data.get(&r.key) {
-                        Some(v) => Some(v.clone()),
-                        None if r.optional == Some(true) => None,
-                        None => return Err(format!("couldn't find key {} in Secret {ns}/{}", r.key, r.name)),
-                    },
-                }
-            } else if let Some(f) = &from.field_ref {
-                Some(field(pod, &f.field_path, node, pod_ip)?)
-            } else if let Some(r) = &from.resource_field_ref {
-                let divisor = r.divisor.as_ref().map(|d| d.0.as_str());
-                Some(resource_field(c, &r.resource, divisor)?)
-            } else {
-                None
             }
-        } else {
-            Some(String::new())
         };
         if let Some(v) = value {
             set(&mut order, &mut vars, e.name.clone(), v);
@@ -277,6 +340,7 @@ mod tests {
         let c = &p.spec.as_ref().expect("spec").containers[0];
         resolve(p, c, &sources(), &node(), Some("10.244.1.5"))
             .map(|v| v.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
-use super::probe;
+use super::probe::{self, ProbeError};
 use super::status::pod_label;
 
 /// Which hook.
@@ -42,8 +42,40 @@ fn go_list(v: &[String]) -> String {
     format!("[{}]", v.join(" "))
 }
 
-/// Runs handler `h` of container `c` (instance `container_id`) within `timeout`; a failure is the
-/// kubelet's message.
+/// Why a hook failed: the kubelet's `handlerRunner.Run` texts (the `FailedPostStartHook` /
+/// `FailedPreStopHook` event messages).
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error(
+        "Exec lifecycle hook ({}) {who} failed - error: command '{}' exited with {code}: {output}, message: {output:?}",
+        go_list(.cmd),
+        .cmd.join(" ")
+    )]
+    ExecExit {
+        cmd: Vec<String>,
+        who: String,
+        code: i32,
+        output: String,
+    },
+    #[error("Exec lifecycle hook ({}) {who} failed - error: {source}, message: \"\"", go_list(.cmd))]
+    Exec {
+        cmd: Vec<String>,
+        who: String,
+        source: ProbeError,
+    },
+    #[error("HTTP lifecycle hook ({path}) {who} failed - error: {source}")]
+    Http {
+        path: String,
+        who: String,
+        source: ProbeError,
+    },
+    #[error("TCP lifecycle hook {who} failed - error: {source}")]
+    Tcp { who: String, source: ProbeError },
+    #[error("Cannot run handler: no handler in the lifecycle hook {who}")]
+    NoHandler { who: String },
+}
+
+/// Runs handler `h` of container `c` (instance `container_id`) within `timeout`.
 pub async fn run(
     h: &LifecycleHandler,
     c: &Container,
@@ -51,34 +83,19 @@ pub async fn run(
     pod: &Pod,
     pod_ip: Option<&str>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     let who = format!("for Container {:?} in Pod {:?}", c.name, pod_label(pod));
     if let Some(exec) = &h.exec {
         let cmd = exec.command.clone().unwrap_or_default();
-        let (id, cmd2) = (container_id.to_string(), cmd.clone());
-        let r = super::worker::blocking(move || {
-            super::worker::runtime().and_then(|mut rt| rt.exec_sync(&id, cmd2, Some(timeout)))
-        })
-        .await;
-        return match r {
-            Some(Ok(out)) if out.exit_code == 0 => Ok(()),
-            Some(Ok(out)) => {
-                let text = probe::exec_text(&out);
-                Err(format!(
-                    "Exec lifecycle hook ({}) {who} failed - error: command '{}' exited with {}: {text}, message: {text:?}",
-                    go_list(&cmd),
-                    cmd.join(" "),
-                    out.exit_code
-                ))
-            }
-            Some(Err(e)) => Err(format!(
-                "Exec lifecycle hook ({}) {who} failed - error: {e}, message: \"\"",
-                go_list(&cmd)
-            )),
-            None => Err(format!(
-                "Exec lifecycle hook ({}) {who} was cancelled",
-                go_list(&cmd)
-            )),
+        return match probe::exec(container_id, cmd.clone(), timeout).await {
+            Ok(out) if out.exit_code == 0 => Ok(()),
+            Ok(out) => Err(HookError::ExecExit {
+                output: probe::exec_text(&out),
+                code: out.exit_code,
+                cmd,
+                who,
+            }),
+            Err(source) => Err(HookError::Exec { cmd, who, source }),
         };
     }
     if let Some(s) = &h.sleep {
@@ -89,29 +106,16 @@ pub async fn run(
     let ip = pod_ip.unwrap_or("127.0.0.1");
     if let Some(g) = &h.http_get {
         let path = g.path.clone().unwrap_or_else(|| "/".into());
-        let port = probe::port(c, &g.port)
-            .map_err(|e| format!("HTTP lifecycle hook ({path}) {who} failed - error: {e}"))?;
-        let headers: Vec<(String, String)> = g
-            .http_headers
-            .iter()
-            .flatten()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        let host = g.host.as_deref().unwrap_or(ip);
-        return probe::http(host, port, &path, &headers, timeout)
+        return probe::http_action(c, g, ip, timeout)
             .await
-            .map_err(|e| format!("HTTP lifecycle hook ({path}) {who} failed - error: {e}"));
+            .map_err(|source| HookError::Http { path, who, source });
     }
     if let Some(t) = &h.tcp_socket {
-        let port =
-            probe::port(c, &t.port).map_err(|e| format!("TCP lifecycle hook {who} failed - error: {e}"))?;
-        return probe::tcp(t.host.as_deref().unwrap_or(ip), port, timeout)
+        return probe::tcp_action(c, t, ip, timeout)
             .await
-            .map_err(|e| format!("TCP lifecycle hook {who} failed - error: {e}"));
+            .map_err(|source| HookError::Tcp { who, source });
     }
-    Err(format!(
-        "Cannot run handler: no handler in the lifecycle hook {who}"
-    ))
+    Err(HookError::NoHandler { who })
 }
 
 #[cfg(test)]
@@ -135,7 +139,7 @@ mod tests {
         let h = Hook::PreStop.of(&c).expect("preStop");
         let started = std::time::Instant::now();
         let r = run(h, &c, "id", &Pod::default(), None, Duration::from_millis(200)).await;
-        assert_eq!(r, Ok(()));
+        assert_eq!(r.map_err(|e| e.to_string()), Ok(()));
         assert!(started.elapsed() < Duration::from_secs(5), "cut at the timeout");
         assert!(Hook::PostStart.of(&c).is_none());
         assert_eq!(Hook::PreStop.failed_reason(), "FailedPreStopHook");
@@ -153,7 +157,9 @@ mod tests {
             "lifecycle": {"postStart": {"httpGet": {"path": "/hook", "port": port, "host": "127.0.0.1"}}}}))
         .expect("container");
         let h = Hook::PostStart.of(&c).expect("postStart");
-        let r = run(h, &c, "id", &pod, None, Duration::from_secs(1)).await;
+        let r = run(h, &c, "id", &pod, None, Duration::from_secs(1))
+            .await
+            .map_err(|e| e.to_string());
         assert_eq!(
             r,
             Err(format!(

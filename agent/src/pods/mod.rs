@@ -108,8 +108,7 @@ async fn admit(
     if runs || terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
         return;
     }
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(ctx.client.clone());
-    let node = match nodes.get(&ctx.node.node).await {
+    let node = match ctx.node_object().await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(error = %e, "reading this node failed; admitting without checks");
@@ -153,6 +152,7 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
             insecure_registries: settings.insecure_registries.clone(),
             memory: crate::node::memory_capacity(),
         },
+        node_object: std::sync::Mutex::new(None),
     });
     let (snap_tx, snap_rx) = watch::channel(None);
     tokio::spawn(pleg(snap_tx));

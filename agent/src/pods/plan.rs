@@ -110,6 +110,17 @@ pub struct Observed {
     pub containers: BTreeMap<String, Ctr>,
 }
 
+impl Observed {
+    /// The containers with an instance that runs (or was created and not yet ended): name, id.
+    pub fn running(&self) -> Vec<(String, String)> {
+        self.containers
+            .iter()
+            .filter(|(_, c)| matches!(c.run(), Some(Run::Running { .. } | Run::Created)))
+            .filter_map(|(n, c)| Some((n.clone(), c.current.as_ref()?.id.clone())))
+            .collect()
+    }
+}
+
 /// One thing to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -132,8 +143,13 @@ pub struct Plan {
 
 impl Plan {
     fn wake_at(&mut self, at: SystemTime) {
-        self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
+        self.wake = earliest(self.wake, at);
     }
+}
+
+/// The earlier of a wake-up time (if any) and `at`.
+pub fn earliest(wake: Option<SystemTime>, at: SystemTime) -> Option<SystemTime> {
+    Some(wake.map_or(at, |w| w.min(at)))
 }
 
 /// The pod's `restartPolicy` (`Always` when unset, as the API defaults it).
@@ -183,11 +199,7 @@ pub fn plan(spec: &PodSpec, obs: &Observed, now: SystemTime) -> Plan {
             // holds none, and the pod starts again as the kubelet starts it).
             let held = obs.containers.values().any(|c| c.current.is_some());
             if lost.is_some() && policy == "Never" && held {
-                let running = obs
-                    .containers
-                    .values()
-                    .any(|c| matches!(c.run(), Some(Run::Running { .. } | Run::Created)));
-                if running {
+                if !obs.running().is_empty() {
                     plan.steps.push(Step::KillPod);
                 }
                 return plan;

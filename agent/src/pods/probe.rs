@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Which probe.
@@ -131,20 +131,61 @@ impl Prober {
     }
 }
 
-/// What a probe run found: success, or failure with the kubelet's text.
-pub type Outcome = Result<(), String>;
+/// Why a probe (or a hook's network or exec action) failed, with the kubelet's texts.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("dial tcp {addr}: connect: {why}")]
+    Dial { addr: String, why: String },
+    #[error("dial tcp {addr}: i/o timeout")]
+    DialTimeout { addr: String },
+    #[error("Get \"{url}\": dial tcp {addr}: connect: {why}")]
+    HttpDial { url: String, addr: String, why: String },
+    #[error("Get \"{url}\": {source}")]
+    Http { url: String, source: hyper::Error },
+    #[error("Get \"{url}\": {source}")]
+    Request { url: String, source: hyper::http::Error },
+    #[error("Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)")]
+    HttpTimeout { url: String },
+    #[error("HTTP probe failed with statuscode: {0}")]
+    Status(u16),
+    /// The command's output (stdout, then stderr): the kubelet reports just that.
+    #[error("{0}")]
+    Exec(String),
+    #[error("command timed out after {0}s")]
+    ExecTimeout(u64),
+    #[error(transparent)]
+    Runtime(runtime_api::ClientError),
+    #[error("the probe was cancelled")]
+    Cancelled,
+    #[error("the pod has no IP")]
+    NoPodIp,
+    #[error("HTTPS probes are not supported by this agent yet")]
+    Https,
+    #[error("gRPC probes are not supported by this agent yet")]
+    Grpc,
+    #[error("invalid port {0}")]
+    InvalidPort(i32),
+    #[error("couldn't find port: {name} in {container}")]
+    NamedPort { name: String, container: String },
+}
 
-/// The port of an httpGet/tcpSocket probe: a number, or a named port of the container.
-pub fn port(c: &Container, p: &IntOrString) -> Result<u16, String> {
+/// What a probe run found: success, or why it failed.
+pub type Outcome = Result<(), ProbeError>;
+
+/// The port of an httpGet/tcpSocket action: a number, or a named port of the container.
+pub fn port(c: &Container, p: &IntOrString) -> Result<u16, ProbeError> {
     match p {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| ProbeError::InvalidPort(*n)),
         IntOrString::String(name) => c
             .ports
             .iter()
             .flatten()
             .find(|cp| cp.name.as_deref() == Some(name.as_str()))
             .and_then(|cp| u16::try_from(cp.container_port).ok())
-            .ok_or_else(|| format!("couldn't find port: {name} in {}", c.name)),
+            .ok_or_else(|| ProbeError::NamedPort {
+                name: name.clone(),
+                container: c.name.clone(),
+            }),
     }
 }
 
@@ -153,8 +194,11 @@ pub async fn tcp(host: &str, port: u16, timeout: Duration) -> Outcome {
     let addr = format!("{host}:{port}");
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("dial tcp {addr}: connect: {}", io_text(&e))),
-        Err(_) => Err(format!("dial tcp {addr}: i/o timeout")),
+        Ok(Err(e)) => Err(ProbeError::Dial {
+            why: io_text(&e),
+            addr,
+        }),
+        Err(_) => Err(ProbeError::DialTimeout { addr }),
     }
 }
 
@@ -177,12 +221,21 @@ pub async fn http(
 ) -> Outcome {
     let url = format!("http://{host}:{port}{path}");
     let run = async {
-        let stream = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| format!("Get \"{url}\": dial tcp {host}:{port}: connect: {}", io_text(&e)))?;
+        let stream =
+            tokio::net::TcpStream::connect((host, port))
+                .await
+                .map_err(|e| ProbeError::HttpDial {
+                    url: url.clone(),
+                    addr: format!("{host}:{port}"),
+                    why: io_text(&e),
+                })?;
+        let http = |source| ProbeError::Http {
+            url: url.clone(),
+            source,
+        };
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+            .map_err(http)?;
         tokio::spawn(conn);
         let mut req = hyper::Request::get(path)
             .header("host", format!("{host}:{port}"))
@@ -193,23 +246,21 @@ pub async fn http(
         }
         let req = req
             .body(Empty::<Bytes>::new())
-            .map_err(|e| format!("Get \"{url}\": {e}"))?;
-        let resp = send
-            .send_request(req)
-            .await
-            .map_err(|e| format!("Get \"{url}\": {e}"))?;
+            .map_err(|source| ProbeError::Request {
+                url: url.clone(),
+                source,
+            })?;
+        let resp = send.send_request(req).await.map_err(http)?;
         let code = resp.status().as_u16();
         if (200..400).contains(&code) {
             Ok(())
         } else {
-            Err(format!("HTTP probe failed with statuscode: {code}"))
+            Err(ProbeError::Status(code))
         }
     };
     match tokio::time::timeout(timeout, run).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-        )),
+        Err(_) => Err(ProbeError::HttpTimeout { url }),
     }
 }
 
@@ -220,51 +271,73 @@ pub fn exec_text(out: &runtime_api::ExecSyncResult) -> String {
     text
 }
 
+/// Runs `cmd` in container instance `container_id` through the runtime, within `timeout`.
+pub async fn exec(
+    container_id: &str,
+    cmd: Vec<String>,
+    timeout: Duration,
+) -> Result<runtime_api::ExecSyncResult, ProbeError> {
+    let id = container_id.to_string();
+    let r = super::worker::blocking(move || {
+        super::worker::runtime().and_then(|mut rt| rt.exec_sync(&id, cmd, Some(timeout)))
+    })
+    .await;
+    match r {
+        Some(Ok(out)) => Ok(out),
+        Some(Err(e)) if e.kind() == runtime_api::ErrorKind::DeadlineExceeded => {
+            Err(ProbeError::ExecTimeout(timeout.as_secs()))
+        }
+        Some(Err(e)) => Err(ProbeError::Runtime(e)),
+        None => Err(ProbeError::Cancelled),
+    }
+}
+
+/// Runs an httpGet action (a probe's or a hook's) of container `c` against `default_host`.
+pub async fn http_action(c: &Container, g: &HTTPGetAction, default_host: &str, timeout: Duration) -> Outcome {
+    if g.scheme.as_deref() == Some("HTTPS") {
+        return Err(ProbeError::Https);
+    }
+    let port = port(c, &g.port)?;
+    let headers: Vec<(String, String)> = g
+        .http_headers
+        .iter()
+        .flatten()
+        .map(|h| (h.name.clone(), h.value.clone()))
+        .collect();
+    let host = g.host.as_deref().unwrap_or(default_host);
+    http(host, port, g.path.as_deref().unwrap_or("/"), &headers, timeout).await
+}
+
+/// Runs a tcpSocket action (a probe's or a hook's) of container `c` against `default_host`.
+pub async fn tcp_action(
+    c: &Container,
+    t: &TCPSocketAction,
+    default_host: &str,
+    timeout: Duration,
+) -> Outcome {
+    let port = port(c, &t.port)?;
+    tcp(t.host.as_deref().unwrap_or(default_host), port, timeout).await
+}
+
 /// Runs probe `p` of container `c` (instance `container_id`) in a pod at `pod_ip`.
 pub async fn run(p: &Probe, c: &Container, container_id: &str, pod_ip: Option<&str>) -> Outcome {
     let t = Timing::of(p);
-    if let Some(exec) = &p.exec {
-        let (id, cmd, timeout) = (
-            container_id.to_string(),
-            exec.command.clone().unwrap_or_default(),
-            t.timeout,
-        );
-        let r = super::worker::blocking(move || {
-            super::worker::runtime().and_then(|mut rt| rt.exec_sync(&id, cmd, Some(timeout)))
-        })
-        .await;
-        return match r {
-            Some(Ok(out)) if out.exit_code == 0 => Ok(()),
-            Some(Ok(out)) => Err(exec_text(&out)),
-            Some(Err(e)) if e.kind() == runtime_api::ErrorKind::DeadlineExceeded => {
-                Err(format!("command timed out after {}s", timeout.as_secs()))
-            }
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("the probe was cancelled".into()),
+    if let Some(e) = &p.exec {
+        let out = exec(container_id, e.command.clone().unwrap_or_default(), t.timeout).await?;
+        return if out.exit_code == 0 {
+            Ok(())
+        } else {
+            Err(ProbeError::Exec(exec_text(&out)))
         };
     }
-    let Some(ip) = pod_ip else {
-        return Err("the pod has no IP".into());
-    };
-    if let Some(h) = &p.http_get {
-        if h.scheme.as_deref() == Some("HTTPS") {
-            return Err("HTTPS probes are not supported by this agent yet".into());
-        }
-        let port = port(c, &h.port)?;
-        let host = h.host.as_deref().unwrap_or(ip);
-        let headers: Vec<(String, String)> = h
-            .http_headers
-            .iter()
-            .flatten()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        return http(host, port, h.path.as_deref().unwrap_or("/"), &headers, t.timeout).await;
+    let ip = pod_ip.ok_or(ProbeError::NoPodIp)?;
+    if let Some(g) = &p.http_get {
+        return http_action(c, g, ip, t.timeout).await;
     }
     if let Some(s) = &p.tcp_socket {
-        let port = port(c, &s.port)?;
-        return tcp(s.host.as_deref().unwrap_or(ip), port, t.timeout).await;
+        return tcp_action(c, s, ip, t.timeout).await;
     }
-    Err("gRPC probes are not supported by this agent yet".into())
+    Err(ProbeError::Grpc)
 }
 
 #[cfg(test)]
@@ -359,22 +432,23 @@ mod tests {
             }
         });
         let second = Duration::from_secs(1);
-        assert_eq!(http("127.0.0.1", port, "/ok", &[], second).await, Ok(()));
+        let text = |r: Outcome| r.map_err(|e| e.to_string());
+        assert_eq!(text(http("127.0.0.1", port, "/ok", &[], second).await), Ok(()));
         assert_eq!(
-            http("127.0.0.1", port, "/ready", &[], second).await,
+            text(http("127.0.0.1", port, "/ready", &[], second).await),
             Err("HTTP probe failed with statuscode: 503".into())
         );
-        assert_eq!(tcp("127.0.0.1", port, second).await, Ok(()));
+        assert_eq!(text(tcp("127.0.0.1", port, second).await), Ok(()));
         // A port nobody listens on.
         let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let dead = closed.local_addr().expect("addr").port();
         drop(closed);
         assert_eq!(
-            tcp("127.0.0.1", dead, second).await,
+            text(tcp("127.0.0.1", dead, second).await),
             Err(format!("dial tcp 127.0.0.1:{dead}: connect: connection refused"))
         );
         assert_eq!(
-            http("127.0.0.1", dead, "/ready", &[], second).await,
+            text(http("127.0.0.1", dead, "/ready", &[], second).await),
             Err(format!(
                 "Get \"http://127.0.0.1:{dead}/ready\": dial tcp 127.0.0.1:{dead}: connect: connection refused"
             ))

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMapProjection, Container, DownwardAPIVolumeFile, KeyToPath, Pod, SecretProjection, Volume,
 };
 
-use super::env::Sources;
+use super::env::{self, EnvError, Source, Sources};
 
 /// Where pods' volumes live.
 pub const ROOT: &str = "/var/lib/kubelet/pods";
@@ -86,55 +86,98 @@ fn mode(m: Option<i32>, default: i32) -> u32 {
     u32::try_from(m.unwrap_or(default)).unwrap_or(0o644) & 0o7777
 }
 
+/// Why a volume cannot be set up (the text after `MountVolume.SetUp failed for volume "v" : `).
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// A missing ConfigMap/Secret, or a downward-API field the agent does not know.
+    #[error(transparent)]
+    Reference(#[from] EnvError),
+    #[error("{} references non-existent config key: {key}", .of.lower())]
+    MissingKey { of: Source, key: String },
+    #[error("invalid path {0:?}")]
+    InvalidPath(String),
+    #[error("{0}: resourceFieldRef in volumes is not supported yet")]
+    ResourceField(String),
+    #[error("the service account token is not available")]
+    NoToken,
+    #[error("failed to fetch token: {0}")]
+    Token(#[source] kube::Error),
+    #[error("the token request returned no token")]
+    EmptyToken,
+    #[error("volume type not supported by this agent yet")]
+    Unsupported,
+    #[error("hostPath type check failed: {} is not a {what}", .path.display())]
+    HostPathType { path: PathBuf, what: &'static str },
+    #[error("invalid hostPath type {0:?}")]
+    HostPathKind(String),
+    #[error("invalid volume name {0:?}")]
+    InvalidName(String),
+    #[error("invalid subPath {0:?}: must be a relative path without '..'")]
+    InvalidSubPath(String),
+    #[error("subPath {sub}: {source}")]
+    SubPath { sub: String, source: std::io::Error },
+    #[error("volume {0:?} is not available")]
+    NotAvailable(String),
+    #[error("{}: {source}", .path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// A volume that could not be set up, as the kubelet's `FailedMount` event says it.
+#[derive(Debug, thiserror::Error)]
+#[error("MountVolume.SetUp failed for volume \"{volume}\" : {source}")]
+pub struct MountError {
+    pub volume: String,
+    pub source: VolumeError,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Keys (or the `items` chosen) of a ConfigMap/Secret as files.
 fn keyed(
     out: &mut BTreeMap<String, File>,
     data: &BTreeMap<String, String>,
     items: Option<&Vec<KeyToPath>>,
     default_mode: i32,
-    what: &str,
-) -> Result<(), String> {
-    match items {
-        None => {
-            for (k, v) in data {
-                out.insert(
-                    k.clone(),
-                    File {
-                        data: v.clone().into_bytes(),
-                        mode: mode(None, default_mode),
-                    },
-                );
-            }
+    of: Source,
+) -> Result<(), VolumeError> {
+    let Some(items) = items else {
+        for (k, v) in data {
+            out.insert(
+                k.clone(),
+                File {
+                    data: v.clone().into_bytes(),
+                    mode: mode(None, default_mode),
+                },
+            );
         }
-        Some(items) => {
-            for it in items {
-                let v = data
-                    .get(&it.key)
-                    .ok_or_else(|| format!("configmap references non-existent config key: {}", it.key))
-                    .map_err(|e| {
-                        if what == "secret" {
-                            e.replace("configmap", "secret")
-                        } else {
-                            e
-                        }
-                    })?;
-                if !safe_relative(&it.path) {
-                    return Err(format!("invalid path {:?}", it.path));
-                }
-                out.insert(
-                    it.path.clone(),
-                    File {
-                        data: v.clone().into_bytes(),
-                        mode: mode(it.mode, default_mode),
-                    },
-                );
-            }
+        return Ok(());
+    };
+    for it in items {
+        let v = data.get(&it.key).ok_or_else(|| VolumeError::MissingKey {
+            of,
+            key: it.key.clone(),
+        })?;
+        if !safe_relative(&it.path) {
+            return Err(VolumeError::InvalidPath(it.path.clone()));
         }
+        out.insert(
+            it.path.clone(),
+            File {
+                data: v.clone().into_bytes(),
+                mode: mode(it.mode, default_mode),
+            },
+        );
     }
     Ok(())
 }
 
-/// The downward API files (labels and annotations as `key="value"` lines, sorted).
+/// The downward API files (labels and annotations as `key="value"` lines, sorted; single
+/// fields as the environment's `fieldRef` reads them).
 fn downward(
     out: &mut BTreeMap<String, File>,
     pod: &Pod,
@@ -142,7 +185,7 @@ fn downward(
     default_mode: i32,
     node_ip: Option<&str>,
     pod_ip: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), VolumeError> {
     let m = &pod.metadata;
     let pairs = |map: Option<&BTreeMap<String, String>>| -> String {
         map.into_iter()
@@ -152,49 +195,15 @@ fn downward(
     };
     for it in items {
         if !safe_relative(&it.path) {
-            return Err(format!("invalid path {:?}", it.path));
+            return Err(VolumeError::InvalidPath(it.path.clone()));
         }
-        let text = if let Some(f) = &it.field_ref {
-            match f.field_path.as_str() {
-                "metadata.labels" => pairs(m.labels.as_ref()),
-                "metadata.annotations" => pairs(m.annotations.as_ref()),
-                "metadata.name" => m.name.clone().unwrap_or_default(),
-                "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
-                "metadata.uid" => m.uid.clone().unwrap_or_default(),
-                "spec.nodeName" => pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .unwrap_or_default(),
-                "spec.serviceAccountName" => pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.service_account_name.clone())
-                    .unwrap_or_default(),
-                "status.hostIP" => node_ip.unwrap_or_default().to_string(),
-                "status.podIP" => pod_ip.unwrap_or_default().to_string(),
-                other => {
-                    let key = |prefix: &str| other.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
-                    if let Some(k) = key("metadata.labels['") {
-                        m.labels
-                            .as_ref()
-                            .and_then(|l| l.get(k).cloned())
-                            .unwrap_or_default()
-                    } else if let Some(k) = key("metadata.annotations['") {
-                        m.annotations
-                            .as_ref()
-                            .and_then(|l| l.get(k).cloned())
-                            .unwrap_or_default()
-                    } else {
-                        return Err(format!("unsupported fieldPath: {other}"));
-                    }
-                }
-            }
-        } else {
-            return Err(format!(
-                "{}: resourceFieldRef in volumes is not supported yet",
-                it.path
-            ));
+        let Some(f) = &it.field_ref else {
+            return Err(VolumeError::ResourceField(it.path.clone()));
+        };
+        let text = match f.field_path.as_str() {
+            "metadata.labels" => pairs(m.labels.as_ref()),
+            "metadata.annotations" => pairs(m.annotations.as_ref()),
+            other => env::field(pod, other, node_ip, pod_ip)?,
         };
         out.insert(
             it.path.clone(),
@@ -207,20 +216,19 @@ fn downward(
     Ok(())
 }
 
-/// The files of a ConfigMap (`kind` "configmap") or Secret ("secret") source, from `objects`.
+/// The files of ConfigMap or Secret `name` (nothing when it is missing and optional).
 fn object_files(
     out: &mut BTreeMap<String, File>,
-    objects: &BTreeMap<String, Option<BTreeMap<String, String>>>,
-    kind: &str,
+    sources: &Sources,
+    of: Source,
     name: &str,
     items: Option<&Vec<KeyToPath>>,
     optional: Option<bool>,
     default_mode: i32,
-) -> Result<(), String> {
-    match objects.get(name).cloned().flatten() {
-        Some(data) => keyed(out, &data, items, default_mode, kind),
-        None if optional == Some(true) => Ok(()),
-        None => Err(format!("{kind} \"{name}\" not found")),
+) -> Result<(), VolumeError> {
+    match env::object(sources, of, name, optional)? {
+        Some(data) => keyed(out, data, items, default_mode, of),
+        None => Ok(()),
     }
 }
 
@@ -232,7 +240,7 @@ pub fn files(
     tokens: &BTreeMap<TokenWanted, String>,
     node_ip: Option<&str>,
     pod_ip: Option<&str>,
-) -> Result<Content, String> {
+) -> Result<Content, VolumeError> {
     let mut out = BTreeMap::new();
     if v.empty_dir.is_some() {
         return Ok(Content::EmptyDir);
@@ -243,39 +251,27 @@ pub fn files(
             kind: h.type_.clone().unwrap_or_default(),
         });
     }
+    let dm = |m: Option<i32>| m.unwrap_or(0o644);
     if let Some(c) = &v.config_map {
+        let (items, mode) = (c.items.as_ref(), dm(c.default_mode));
         object_files(
             &mut out,
-            &sources.config_maps,
-            "configmap",
+            sources,
+            Source::ConfigMap,
             &c.name,
-            c.items.as_ref(),
+            items,
             c.optional,
-            c.default_mode.unwrap_or(0o644),
+            mode,
         )?;
     } else if let Some(s) = &v.secret {
         let name = s.secret_name.as_deref().unwrap_or_default();
-        object_files(
-            &mut out,
-            &sources.secrets,
-            "secret",
-            name,
-            s.items.as_ref(),
-            s.optional,
-            s.default_mode.unwrap_or(0o644),
-        )?;
+        let (items, mode) = (s.items.as_ref(), dm(s.default_mode));
+        object_files(&mut out, sources, Source::Secret, name, items, s.optional, mode)?;
     } else if let Some(d) = &v.downward_api {
         let items = d.items.as_deref().unwrap_or_default();
-        downward(
-            &mut out,
-            pod,
-            items,
-            d.default_mode.unwrap_or(0o644),
-            node_ip,
-            pod_ip,
-        )?;
+        downward(&mut out, pod, items, dm(d.default_mode), node_ip, pod_ip)?;
     } else if let Some(p) = &v.projected {
-        let dm = p.default_mode.unwrap_or(0o644);
+        let dm = dm(p.default_mode);
         for src in p.sources.iter().flatten() {
             if let Some(ConfigMapProjection {
                 name,
@@ -285,8 +281,8 @@ pub fn files(
             {
                 object_files(
                     &mut out,
-                    &sources.config_maps,
-                    "configmap",
+                    sources,
+                    Source::ConfigMap,
                     name,
                     items.as_ref(),
                     *optional,
@@ -301,8 +297,8 @@ pub fn files(
             {
                 object_files(
                     &mut out,
-                    &sources.secrets,
-                    "secret",
+                    sources,
+                    Source::Secret,
                     name,
                     items.as_ref(),
                     *optional,
@@ -310,22 +306,13 @@ pub fn files(
                 )?;
             }
             if let Some(d) = &src.downward_api {
-                downward(
-                    &mut out,
-                    pod,
-                    d.items.as_deref().unwrap_or_default(),
-                    dm,
-                    node_ip,
-                    pod_ip,
-                )?;
+                let items = d.items.as_deref().unwrap_or_default();
+                downward(&mut out, pod, items, dm, node_ip, pod_ip)?;
             }
             if let Some(t) = &src.service_account_token {
-                let want = token_wanted(t);
-                let token = tokens
-                    .get(&want)
-                    .ok_or_else(|| "the service account token is not available".to_string())?;
+                let token = tokens.get(&token_wanted(t)).ok_or(VolumeError::NoToken)?;
                 if !safe_relative(&t.path) {
-                    return Err(format!("invalid path {:?}", t.path));
+                    return Err(VolumeError::InvalidPath(t.path.clone()));
                 }
                 out.insert(
                     t.path.clone(),
@@ -337,7 +324,7 @@ pub fn files(
             }
         }
     } else {
-        return Err("volume type not supported by this agent yet".into());
+        return Err(VolumeError::Unsupported);
     }
     Ok(Content::Files(out))
 }
@@ -349,13 +336,11 @@ fn token_wanted(t: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection) -
     }
 }
 
-/// The tokens a pod's volumes need.
-pub fn tokens_wanted(pod: &Pod) -> Vec<TokenWanted> {
-    let mut out: Vec<TokenWanted> = pod
-        .spec
+/// The service account tokens volume `v` holds.
+pub fn tokens_wanted(v: &Volume) -> Vec<TokenWanted> {
+    let mut out: Vec<TokenWanted> = v
+        .projected
         .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| v.projected.as_ref())
         .flat_map(|p| p.sources.iter().flatten())
         .filter_map(|s| s.service_account_token.as_ref())
         .map(token_wanted)
@@ -392,42 +377,39 @@ pub fn references(pod: &Pod) -> (Vec<String>, Vec<String>) {
 }
 
 /// Checks a hostPath against its `type` (the kubelet's messages).
-fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
+fn check_host_path(path: &Path, kind: &str) -> Result<(), VolumeError> {
     use std::os::unix::fs::FileTypeExt;
-    let p = path.display();
-    let meta = std::fs::metadata(path);
-    let ft = meta.as_ref().map(|m| m.file_type());
-    let fail = |what: &str| Err(format!("hostPath type check failed: {p} is not a {what}"));
-    match kind {
-        "" => Ok(()),
+    let ft = std::fs::metadata(path).map(|m| m.file_type()).ok();
+    let (what, is): (&'static str, fn(&std::fs::FileType) -> bool) = match kind {
+        "" => return Ok(()),
+        "DirectoryOrCreate" | "FileOrCreate" if ft.is_some() => return Ok(()),
         "DirectoryOrCreate" => {
-            if ft.is_err() {
-                std::fs::create_dir_all(path).map_err(|e| format!("{p}: {e}"))?;
-                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755));
-            }
-            Ok(())
+            std::fs::create_dir_all(path).map_err(io_error(path))?;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755));
+            return Ok(());
         }
         "FileOrCreate" => {
-            if ft.is_err() {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| format!("{p}: {e}"))?;
-            }
-            Ok(())
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(io_error(path))?;
+            return Ok(());
         }
-        "Directory" if ft.as_ref().is_ok_and(|t| t.is_dir()) => Ok(()),
-        "Directory" => fail("directory"),
-        "File" if ft.as_ref().is_ok_and(|t| t.is_file()) => Ok(()),
-        "File" => fail("file"),
-        "Socket" if ft.as_ref().is_ok_and(|t| t.is_socket()) => Ok(()),
-        "Socket" => fail("socket file"),
-        "CharDevice" if ft.as_ref().is_ok_and(|t| t.is_char_device()) => Ok(()),
-        "CharDevice" => fail("character device"),
-        "BlockDevice" if ft.as_ref().is_ok_and(|t| t.is_block_device()) => Ok(()),
-        "BlockDevice" => fail("block device"),
-        other => Err(format!("invalid hostPath type {other:?}")),
+        "Directory" => ("directory", |t| t.is_dir()),
+        "File" => ("file", |t| t.is_file()),
+        "Socket" => ("socket file", |t| t.is_socket()),
+        "CharDevice" => ("character device", |t| t.is_char_device()),
+        "BlockDevice" => ("block device", |t| t.is_block_device()),
+        other => return Err(VolumeError::HostPathKind(other.into())),
+    };
+    if ft.as_ref().is_some_and(is) {
+        Ok(())
+    } else {
+        Err(VolumeError::HostPathType {
+            path: path.to_path_buf(),
+            what,
+        })
     }
 }
 
@@ -507,30 +489,21 @@ fn count_files(dir: &Path) -> usize {
         .sum()
 }
 
-/// A DNS-1123 label (volume names are; they become directory names).
-fn is_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// Makes volume `v` present under the pod's directory; returns the directory (or path) to mount.
-pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, String> {
-    if !is_label(&v.name) {
-        return Err(format!("invalid volume name {:?}", v.name));
+pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, VolumeError> {
+    // Volume names become directory names.
+    if !kcore::names::is_dns1123_label(&v.name) {
+        return Err(VolumeError::InvalidName(v.name.clone()));
     }
     let dir = pod_dir.join("volumes").join(plugin(v)).join(&v.name);
     match content {
         Content::EmptyDir => {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
             Ok(dir)
         }
         Content::Files(files) => {
-            write_atomic(&dir, files).map_err(|e| format!("{}: {e}", dir.display()))?;
+            write_atomic(&dir, files).map_err(io_error(&dir))?;
             Ok(dir)
         }
         Content::HostPath { path, kind } => {
@@ -541,26 +514,28 @@ pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, 
 }
 
 /// The bind mounts of container `c`: (volume dir + subPath, mountPath, read only).
-pub fn mounts(c: &Container, dirs: &BTreeMap<String, PathBuf>) -> Result<Vec<runtime_api::Mount>, String> {
+pub fn mounts(
+    c: &Container,
+    dirs: &BTreeMap<String, PathBuf>,
+) -> Result<Vec<runtime_api::Mount>, VolumeError> {
     let mut out = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         let dir = dirs
             .get(&m.name)
-            .ok_or_else(|| format!("volume {:?} is not available", m.name))?;
+            .ok_or_else(|| VolumeError::NotAvailable(m.name.clone()))?;
         let source = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             None => dir.clone(),
             Some(sub) if safe_relative(sub) => {
                 let p = dir.join(sub);
                 if std::fs::symlink_metadata(&p).is_err() {
-                    std::fs::create_dir_all(&p).map_err(|e| format!("subPath {sub}: {e}"))?;
+                    std::fs::create_dir_all(&p).map_err(|source| VolumeError::SubPath {
+                        sub: sub.into(),
+                        source,
+                    })?;
                 }
                 p
             }
-            Some(sub) => {
-                return Err(format!(
-                    "invalid subPath {sub:?}: must be a relative path without '..'"
-                ));
-            }
+            Some(sub) => return Err(VolumeError::InvalidSubPath(sub.into())),
         };
         out.push(runtime_api::Mount {
             host_path: source,
@@ -686,7 +661,9 @@ mod tests {
         for (vol, want) in table {
             let p = pod(serde_json::json!([vol.clone()]));
             let v = &p.spec.as_ref().and_then(|s| s.volumes.as_ref()).expect("volumes")[0];
-            let got = files(&p, v, &sources(), &tokens, Some("10.0.2.15"), None).map(|c| listing(&c));
+            let got = files(&p, v, &sources(), &tokens, Some("10.0.2.15"), None)
+                .map(|c| listing(&c))
+                .map_err(|e| e.to_string());
             assert_eq!(got, want, "{vol}");
         }
     }
@@ -706,8 +683,14 @@ mod tests {
                 vec!["creds".to_string()]
             )
         );
+        let wanted: Vec<TokenWanted> = p
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .flat_map(tokens_wanted)
+            .collect();
         assert_eq!(
-            tokens_wanted(&p),
+            wanted,
             [TokenWanted {
                 audience: Some("vault".into()),
                 expiration_seconds: 600
@@ -764,22 +747,28 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("f");
         std::fs::write(&file, "x").expect("write");
-        assert_eq!(check_host_path(&file, "File"), Ok(()));
+        let check = |p: &Path, kind: &str| check_host_path(p, kind).map_err(|e| e.to_string());
+        assert_eq!(check(&file, "File"), Ok(()));
         assert_eq!(
-            check_host_path(&file, "Directory"),
+            check(&file, "Directory"),
             Err(format!(
                 "hostPath type check failed: {} is not a directory",
                 file.display()
             ))
         );
         let made = dir.path().join("made");
-        assert_eq!(check_host_path(&made, "DirectoryOrCreate"), Ok(()));
+        assert_eq!(check(&made, "DirectoryOrCreate"), Ok(()));
         assert!(made.is_dir());
         let c: Container = serde_json::from_value(serde_json::json!({"name": "main",
             "volumeMounts": [{"name": "v", "mountPath": "/data", "subPath": "../etc"}]}))
         .expect("container");
         let dirs: BTreeMap<String, PathBuf> = [("v".to_string(), dir.path().to_path_buf())].into();
-        assert!(mounts(&c, &dirs).expect_err("escape").contains("invalid subPath"));
+        assert!(
+            mounts(&c, &dirs)
+                .expect_err("escape")
+                .to_string()
+                .contains("invalid subPath")
+        );
         let c: Container = serde_json::from_value(serde_json::json!({"name": "main",
             "volumeMounts": [{"name": "v", "mountPath": "/data", "subPath": "sub", "readOnly": true}]}))
         .expect("container");

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus, Secret,
+    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus, Secret, Volume,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use runtime_api::{Client, ClientError, ContainerConfig, ContainerStatus, SandboxStatus, State};
@@ -27,7 +27,7 @@ use super::hooks::{self, Hook};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
 use super::status::{self, pod_label};
-use super::volumes::{self, TokenWanted};
+use super::volumes::{self, MountError, TokenWanted, VolumeError};
 
 /// The runtime's view of every sandbox and container, taken at `taken`.
 #[derive(Debug, Clone)]
@@ -42,6 +42,30 @@ pub struct Snapshot {
 pub struct Ctx {
     pub client: kube::Client,
     pub node: NodeFacts,
+    /// This node's Node object as last read, and when (admission reads it for each new pod).
+    pub node_object: std::sync::Mutex<Option<(Instant, Arc<k8s_openapi::api::core::v1::Node>)>>,
+}
+
+/// How long a read of the Node object serves admission.
+const NODE_OBJECT_TTL: Duration = Duration::from_secs(5);
+
+impl Ctx {
+    /// This node's Node object, read from the API at most every [`NODE_OBJECT_TTL`] (a burst
+    /// of new pods, e.g. after a reboot, reads it once).
+    pub async fn node_object(&self) -> Result<Arc<k8s_openapi::api::core::v1::Node>, kube::Error> {
+        let cached = self.node_object.lock().ok().and_then(|c| c.clone());
+        if let Some((at, node)) = cached
+            && at.elapsed() < NODE_OBJECT_TTL
+        {
+            return Ok(node);
+        }
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.client.clone());
+        let node = Arc::new(api.get(&self.node.node).await?);
+        if let Ok(mut c) = self.node_object.lock() {
+            *c = Some((Instant::now(), node.clone()));
+        }
+        Ok(node)
+    }
 }
 
 pub fn runtime() -> Result<Client, ClientError> {
@@ -154,8 +178,10 @@ pub struct Worker {
     /// Instances whose CrashLoopBackOff was announced (one `BackOff` event each).
     announced: BTreeSet<String>,
     written: Option<PodStatus>,
-    /// The pod's volumes by name (what to bind mount), once set up, and when.
-    volumes: Option<(BTreeMap<String, std::path::PathBuf>, Instant)>,
+    /// The pod's volumes by name (what to bind mount), once set up.
+    volumes: Option<BTreeMap<String, std::path::PathBuf>>,
+    /// When the volumes were last set up or refreshed, successfully or not.
+    volumes_at: Option<Instant>,
     /// Service account tokens the volumes hold, with when they were issued.
     tokens: BTreeMap<TokenWanted, (String, SystemTime)>,
 }
@@ -182,6 +208,7 @@ impl Worker {
             announced: BTreeSet::new(),
             written: None,
             volumes: None,
+            volumes_at: None,
             tokens: BTreeMap::new(),
         }
     }
@@ -207,7 +234,7 @@ impl Worker {
         loop {
             let pod = self.pod_rx.borrow_and_update().clone();
             let Some(pod) = pod else {
-                self.remove_everything(0).await;
+                self.remove_everything().await;
                 return;
             };
             let span = self.span(&pod);
@@ -232,7 +259,7 @@ impl Worker {
             tokio::select! {
                 changed = self.pod_rx.changed() => {
                     if changed.is_err() {
-                        self.remove_everything(0).await;
+                        self.remove_everything().await;
                         return;
                     }
                 }
@@ -252,10 +279,10 @@ impl Worker {
         // Volumes are brought up to date every VOLUME_REFRESH, and taken over (tokens
         // renewed) when the agent adopted a running pod.
         let sandbox_ready = self.obs.sandbox.as_ref().is_some_and(|s| s.ready);
-        let refresh = match &self.volumes {
-            Some((_, at)) => at.elapsed() >= VOLUME_REFRESH,
-            None => sandbox_ready && self.obs.containers.values().any(|c| c.current.is_some()),
-        };
+        let due = self.volumes_at.is_none_or(|at| at.elapsed() >= VOLUME_REFRESH);
+        let refresh = due
+            && (self.volumes.is_some()
+                || sandbox_ready && self.obs.containers.values().any(|c| c.current.is_some()));
         if !terminal
             && refresh
             && let Err(e) = self.set_up_volumes(pod).await
@@ -272,12 +299,12 @@ impl Worker {
             let acted = !p.steps.is_empty();
             for step in p.steps {
                 if let Some(at) = self.execute(pod, step).await {
-                    wake = Some(wake.map_or(at, |w: SystemTime| w.min(at)));
+                    wake = plan::earliest(wake, at);
                 }
             }
             let (probed, next_probe) = self.probe(pod).await;
             if let Some(at) = next_probe {
-                wake = Some(wake.map_or(at, |w: SystemTime| w.min(at)));
+                wake = plan::earliest(wake, at);
             }
             if acted || probed {
                 st = status::pod_status(pod, &self.obs, node_ip.as_deref(), SystemTime::now());
@@ -501,34 +528,35 @@ impl Worker {
         let restart = c.ever_ran();
         let old = c.current.clone();
         let restarts = if restart { c.restarts + 1 } else { c.restarts };
-        let (pod2, node) = (pod.clone(), self.ctx.node.clone());
+        let node = self.ctx.node.clone();
         let old_id = old.as_ref().map(|i| i.id.clone());
         if self.volumes.is_none()
-            && let Err(msg) = self.set_up_volumes(pod).await
+            && let Err(e) = self.set_up_volumes(pod).await
         {
             let c = self.obs.containers.entry(name.to_string()).or_default();
             c.failure = Some(Failure {
                 reason: "ContainerCreating".into(),
-                message: msg,
+                message: e.to_string(),
             });
             c.start_backoff.step(now, now);
             return c.start_backoff.retry_at();
         }
-        let dirs = self.volumes.as_ref().map(|(d, _)| d.clone()).unwrap_or_default();
+        let dirs = self.volumes.clone().unwrap_or_default();
         let sources = self.sources(pod, &spec).await;
-        let env = env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref());
-        let cfg = env.and_then(|env| {
-            let mut cfg = container::container_config(&pod2, &spec, restarts, &node, &env);
-            cfg.mounts = volumes::mounts(&spec, &dirs)?;
-            Ok(cfg)
-        });
+        let cfg = env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref())
+            .map_err(StartError::from)
+            .and_then(|env| {
+                let mut cfg = container::container_config(pod, &spec, restarts, &node, &env);
+                cfg.mounts = volumes::mounts(&spec, &dirs)?;
+                Ok(cfg)
+            });
         let result = blocking(move || {
             let mut events = Vec::new();
             let r = match cfg {
                 Ok(cfg) => start_container(&spec, &sandbox.id, cfg, &node, old_id.as_deref(), &mut events),
-                Err(msg) => {
-                    events.push(Event::warning("Failed", &spec.name, format!("Error: {msg}")));
-                    Err(StartError::Config(msg))
+                Err(e) => {
+                    events.push(Event::warning("Failed", &spec.name, format!("Error: {e}")));
+                    Err(e)
                 }
             };
             (r, events)
@@ -593,9 +621,9 @@ impl Worker {
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         // The hook has no deadline of its own upstream; two minutes bound a hung one here.
         let r = hooks::run(h, &spec, &id, pod, pod_ip.as_deref(), Duration::from_secs(120)).await;
-        if let Err(msg) = r {
-            tracing::warn!(container = %name, error = %msg, "postStart hook failed");
-            let ev = Event::warning(Hook::PostStart.failed_reason(), name, msg);
+        if let Err(e) = r {
+            tracing::warn!(container = %name, error = %e, "postStart hook failed");
+            let ev = Event::warning(Hook::PostStart.failed_reason(), name, e.to_string());
             events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
             let kill = vec![(name.to_string(), id, "FailedPostStartHook".to_string())];
             self.stop_with(pod, kill, grace).await;
@@ -628,16 +656,15 @@ impl Worker {
                 else {
                     break;
                 };
-                let startup_done = Kind::Startup.of(&spec).is_none()
-                    || c.probes.get(&Kind::Startup).and_then(|p| p.result) == Some(true);
-                if (kind == Kind::Startup) == startup_done {
+                // Startup runs until it succeeds; liveness and readiness only after that.
+                if (kind == Kind::Startup) == c.started_and_ready(&spec).0 {
                     continue;
                 }
                 let t = Timing::of(&p);
                 let due = c.probes.entry(kind).or_default().due(started, &t);
                 let now = SystemTime::now();
                 if due > now {
-                    next = Some(next.map_or(due, |n| n.min(due)));
+                    next = plan::earliest(next, due);
                     continue;
                 }
                 let outcome = probe::run(&p, &spec, &id, pod_ip.as_deref()).await;
@@ -648,7 +675,7 @@ impl Worker {
                 let prober = c.probes.entry(kind).or_default();
                 let concluded = prober.record(outcome.is_ok(), now, &t);
                 let due = prober.due(started, &t);
-                next = Some(next.map_or(due, |n| n.min(due)));
+                next = plan::earliest(next, due);
                 changed |= concluded.is_some();
                 let mut evs = Vec::new();
                 if let Err(msg) = &outcome {
@@ -665,8 +692,7 @@ impl Worker {
                     // The probe's own grace period first, then the pod's.
                     let grace = p
                         .termination_grace_period_seconds
-                        .or(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-                        .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+                        .map_or_else(|| pod_grace(pod), |g| u64::try_from(g).unwrap_or(0));
                     let message = format!(
                         "Container {name} failed {} probe, will be restarted",
                         kind.word().to_lowercase()
@@ -739,19 +765,56 @@ impl Worker {
 
     /// Sets up (or brings up to date) every volume of the pod; the first failure is the
     /// kubelet's `FailedMount` event.
-    async fn set_up_volumes(&mut self, pod: &Pod) -> Result<(), String> {
+    async fn set_up_volumes(&mut self, pod: &Pod) -> Result<(), MountError> {
+        self.volumes_at = Some(Instant::now());
         let (cms, secrets) = volumes::references(pod);
         let sources = self.fetch(pod, cms, secrets).await;
+        let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
+        let node_ip = self.ctx.node.node_ip.clone();
+        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let mut dirs = BTreeMap::new();
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let set_up = match self.tokens_for(pod, v).await {
+                Ok(tokens) => {
+                    volumes::files(pod, v, &sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
+                        .and_then(|content| volumes::set_up(&pod_dir, v, &content))
+                }
+                Err(e) => Err(e),
+            };
+            match set_up {
+                Ok(dir) => {
+                    dirs.insert(v.name.clone(), dir);
+                }
+                Err(source) => {
+                    let e = MountError {
+                        volume: v.name.clone(),
+                        source,
+                    };
+                    tracing::warn!(error = %e, "volume set-up failed");
+                    let ev = Event::pod("FailedMount", true, e.to_string());
+                    events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+                    return Err(e);
+                }
+            }
+        }
+        self.volumes = Some(dirs);
+        Ok(())
+    }
+
+    /// The service account tokens volume `v` holds: kept ones until 80 % of their lifetime has
+    /// passed (as the kubelet renews them), new ones from TokenRequest.
+    async fn tokens_for(
+        &mut self,
+        pod: &Pod,
+        v: &Volume,
+    ) -> Result<BTreeMap<TokenWanted, String>, VolumeError> {
         let now = SystemTime::now();
-        let mut tokens = BTreeMap::new();
-        for want in volumes::tokens_wanted(pod) {
+        let mut out = BTreeMap::new();
+        for want in volumes::tokens_wanted(v) {
+            let lifetime = u64::try_from(want.expiration_seconds).unwrap_or(0);
             let fresh = self.tokens.get(&want).filter(|(_, issued)| {
                 let age = now.duration_since(*issued).unwrap_or_default().as_secs();
-                // Refreshed after 80 % of its lifetime, as the kubelet does.
-                age.saturating_mul(10)
-                    < u64::try_from(want.expiration_seconds)
-                        .unwrap_or(0)
-                        .saturating_mul(8)
+                age.saturating_mul(10) < lifetime.saturating_mul(8)
             });
             let token = match fresh {
                 Some((t, _)) => t.clone(),
@@ -761,34 +824,13 @@ impl Worker {
                     t
                 }
             };
-            tokens.insert(want, token);
+            out.insert(want, token);
         }
-        let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
-        let node_ip = self.ctx.node.node_ip.clone();
-        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
-        let mut dirs = BTreeMap::new();
-        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            let set_up = volumes::files(pod, v, &sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
-                .and_then(|content| volumes::set_up(&pod_dir, v, &content));
-            match set_up {
-                Ok(dir) => {
-                    dirs.insert(v.name.clone(), dir);
-                }
-                Err(e) => {
-                    let msg = format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name);
-                    tracing::warn!(volume = %v.name, error = %e, "volume set-up failed");
-                    let ev = Event::pod("FailedMount", true, msg.clone());
-                    events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
-                    return Err(msg);
-                }
-            }
-        }
-        self.volumes = Some((dirs, Instant::now()));
-        Ok(())
+        Ok(out)
     }
 
     /// A token for the pod's service account, bound to the pod (TokenRequest).
-    async fn request_token(&self, pod: &Pod, want: &TokenWanted) -> Result<String, String> {
+    async fn request_token(&self, pod: &Pod, want: &TokenWanted) -> Result<String, VolumeError> {
         use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let sa = pod
@@ -811,16 +853,11 @@ impl Worker {
         };
         let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
             kube::Api::namespaced(self.ctx.client.clone(), ns);
-        match api
+        let tr = api
             .create_token_request(&sa, &kube::api::PostParams::default(), &req)
             .await
-        {
-            Ok(tr) => tr
-                .status
-                .map(|s| s.token)
-                .ok_or_else(|| "the token request returned no token".to_string()),
-            Err(e) => Err(format!("failed to fetch token: {e}")),
-        }
+            .map_err(VolumeError::Token)?;
+        tr.status.map(|s| s.token).ok_or(VolumeError::EmptyToken)
     }
 
     /// One `BackOff` event per crashed instance that waits for its back-off.
@@ -875,19 +912,7 @@ impl Worker {
 
     /// Stops containers that still run (a terminal pod's sidecars, a lost Never pod).
     async fn stop_running(&mut self, pod: &Pod) {
-        let running: Vec<(String, String)> = self
-            .obs
-            .containers
-            .iter()
-            .filter_map(|(n, c)| match &c.current {
-                Some(Instance {
-                    id,
-                    run: Run::Running { .. } | Run::Created,
-                    ..
-                }) => Some((n.clone(), id.clone())),
-                _ => None,
-            })
-            .collect();
+        let running = self.obs.running();
         if running.is_empty() {
             return;
         }
@@ -927,9 +952,9 @@ impl Worker {
                 {
                     let left = deadline.saturating_duration_since(Instant::now());
                     tracing::debug!(container = %name, left_ms = left.as_millis() as u64, "running the preStop hook");
-                    if let Err(msg) = hooks::run(h, spec, &id, pod, pod_ip.as_deref(), left).await {
-                        tracing::warn!(container = %name, error = %msg, "preStop hook failed");
-                        failed = Some(msg);
+                    if let Err(e) = hooks::run(h, spec, &id, pod, pod_ip.as_deref(), left).await {
+                        tracing::warn!(container = %name, error = %e, "preStop hook failed");
+                        failed = Some(e.to_string());
                     }
                 }
                 let timeout = deadline
@@ -960,8 +985,7 @@ impl Worker {
         let grace = pod
             .metadata
             .deletion_grace_period_seconds
-            .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-            .map_or(30, |g| u64::try_from(g).unwrap_or(0));
+            .map_or_else(|| pod_grace(pod), |g| u64::try_from(g).unwrap_or(0));
         let sidecars: BTreeSet<&str> = pod
             .spec
             .iter()
@@ -969,22 +993,11 @@ impl Worker {
             .filter(|c| plan::is_sidecar(c))
             .map(|c| c.name.as_str())
             .collect();
-        let running = |obs: &Observed, sidecar: bool| -> Vec<(String, String)> {
-            obs.containers
-                .iter()
-                .filter(|(n, _)| sidecars.contains(n.as_str()) == sidecar)
-                .filter_map(|(n, c)| match &c.current {
-                    Some(Instance {
-                        id,
-                        run: Run::Running { .. } | Run::Created,
-                        ..
-                    }) => Some((n.clone(), id.clone())),
-                    _ => None,
-                })
-                .collect()
-        };
-        let mains = running(&self.obs, false);
-        let side = running(&self.obs, true);
+        let (side, mains): (Vec<_>, Vec<_>) = self
+            .obs
+            .running()
+            .into_iter()
+            .partition(|(n, _)| sidecars.contains(n.as_str()));
         tracing::debug!(grace_s = grace, "stopping the pod");
         if !mains.is_empty() {
             self.stop(pod, mains, grace).await;
@@ -993,11 +1006,11 @@ impl Worker {
             let left = grace.saturating_sub(started.elapsed().as_secs());
             self.stop(pod, side, left).await;
         }
-        self.remove_everything(0).await;
+        self.remove_everything().await;
     }
 
     /// Removes every sandbox of the pod (its containers with it).
-    async fn remove_everything(&mut self, _grace: u64) {
+    async fn remove_everything(&mut self) {
         let ids = self.sandbox_ids();
         if !ids.is_empty() {
             blocking(move || {
@@ -1018,6 +1031,7 @@ impl Worker {
             tracing::warn!(dir = %dir.display(), error = %e, "removing the pod's volumes failed");
         }
         self.volumes = None;
+        self.volumes_at = None;
     }
 
     /// The final delete: grace 0 with a UID precondition (NODE-31 step 6).

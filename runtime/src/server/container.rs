@@ -445,17 +445,6 @@ fn lookup_passwd(rootfs: &Path, name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// A DNS-1123 label (container names; Kubernetes validates them the same way).
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
 /// A relative path of plain components (no `..`, not absolute).
 fn is_plain_relative(p: &str) -> bool {
     !p.is_empty()
@@ -468,7 +457,7 @@ fn is_plain_relative(p: &str) -> bool {
 /// refused before anything is created.
 fn validate_container(c: &ContainerConfig) -> Result<(), RuntimeError> {
     let bad = |m: String| Err(RuntimeError::Invalid(m));
-    if !is_dns_label(&c.name) {
+    if !kcore::names::is_dns1123_label(&c.name) {
         return bad(format!(
             "invalid container name {:?}: a DNS-1123 label is required",
             c.name
