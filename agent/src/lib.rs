@@ -1,14 +1,17 @@
 //! The node agent (the kubelet's job): joins the control plane (TLS bootstrap, Node, Lease), runs
 //! the pods bound to its node through the runtime process (`pods`), and serves its TLS endpoint
-//! (`/healthz`, container logs for the API server).
+//! (`/healthz`, container logs, exec and stats for the API server) with a serving certificate
+//! the cluster issues (`serving`), authorizing each caller through the control plane (`authz`).
 
 #![forbid(unsafe_code)]
 
+pub mod authz;
 pub mod exec;
 pub mod logs;
 pub mod node;
 pub mod pods;
 mod server;
+pub mod serving;
 pub mod settings;
 pub mod stats;
 
@@ -97,14 +100,21 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .and_then(|s| s.control_plane.as_ref())
         .map(|cp| cp.ca_pem.clone());
     let node_name = settings.as_ref().map(|s| s.node_name.clone()).unwrap_or_default();
+    let cert = std::sync::Arc::new(server::self_signed(&cfg.server_names)?);
+    let authz = std::sync::Arc::new(authz::Authorizer::new(&node_name));
     rt.block_on(async {
         if let Some(s) = settings {
-            tokio::spawn(node::run(s, cfg.identity_dir.clone()));
+            tokio::spawn(node::run(
+                s,
+                cfg.identity_dir.clone(),
+                authz.clone(),
+                cert.clone(),
+            ));
         }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(AgentError::Runtime)?;
         tokio::select! {
-            r = serve(cfg, ca_pem, node_name) => r,
+            r = serve(cfg, ca_pem, node_name, cert, authz) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())

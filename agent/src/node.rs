@@ -1,5 +1,6 @@
 //! Joining the cluster: TLS bootstrap (a CSR sent with the bootstrap token, signed by the control
-//! plane as `system:node:<name>` in `system:nodes`), Node registration with capacity, addresses,
+//! plane as `system:node:<name>` in `system:nodes`; [`submit_csr`] and [`issued_certificate`]
+//! serve the serving certificate too), Node registration with capacity, addresses,
 //! nodeInfo, labels and the Ready condition, and the Lease in `kube-node-lease` renewed every 10 s.
 
 use std::path::{Path, PathBuf};
@@ -98,38 +99,67 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
         Credentials::Bearer(cp.bootstrap_token.clone()),
         USER_AGENT,
     )?;
+    let signer = "kubernetes.io/kube-apiserver-client-kubelet";
+    let usages = &["digital signature", "client auth"];
+    let name = submit_csr(&client, &format!("node-csr-{node}-"), &csr_pem, signer, usages).await?;
+    let cert_pem = issued_certificate(&client, &name, Some(CSR_WAIT)).await?;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::write(&key_path, key.serialize_pem()).map_err(io(&key_path))?;
+    std::fs::write(&cert_path, &cert_pem).map_err(io(&cert_path))?;
+    Ok(Identity {
+        cert_pem,
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// How long joining waits for its client certificate.
+const CSR_WAIT: Duration = Duration::from_secs(120);
+
+/// Creates a CSR for `csr_pem` with `signer` and `usages`; returns its name.
+pub(crate) async fn submit_csr(
+    client: &kube::Client,
+    generate_name: &str,
+    csr_pem: &str,
+    signer: &str,
+    usages: &[&str],
+) -> Result<String, JoinError> {
     let csr = json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
-        "metadata": { "generateName": format!("node-csr-{node}-") },
+        "metadata": { "generateName": generate_name },
         "spec": {
             "request": base64::engine::general_purpose::STANDARD.encode(csr_pem.as_bytes()),
-            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-            "usages": ["digital signature", "client auth"],
+            "signerName": signer,
+            "usages": usages,
         },
     });
-    let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+    let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client.clone());
     let csr = serde_json::from_value(csr).map_err(|source| JoinError::Object {
         kind: "CertificateSigningRequest",
         source,
     })?;
     let created = csrs.create(&PostParams::default(), &csr).await?;
-    let name = created.metadata.name.clone().unwrap_or_default();
-    let mut obj = serde_json::to_value(created).unwrap_or_default();
-    for _ in 0..60 {
+    Ok(created.metadata.name.unwrap_or_default())
+}
+
+/// Waits for CSR `name` to carry a certificate (PEM): at most `wait`, or for as long as it
+/// stays pending without one; a Denied or Failed CSR is an error with its message.
+pub(crate) async fn issued_certificate(
+    client: &kube::Client,
+    name: &str,
+    wait: Option<Duration>,
+) -> Result<String, JoinError> {
+    let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client.clone());
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let obj = serde_json::to_value(csrs.get(name).await?).unwrap_or_default();
         if let Some(cert) = obj["status"]["certificate"].as_str().filter(|c| !c.is_empty()) {
-            let cert_pem = base64::engine::general_purpose::STANDARD
+            return base64::engine::general_purpose::STANDARD
                 .decode(cert)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| JoinError::NotIssued("status.certificate is not base64 PEM".into()))?;
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
-            std::fs::write(&key_path, key.serialize_pem()).map_err(io(&key_path))?;
-            std::fs::write(&cert_path, &cert_pem).map_err(io(&cert_path))?;
-            return Ok(Identity {
-                cert_pem,
-                key_pem: key.serialize_pem(),
-            });
+                .ok_or_else(|| JoinError::NotIssued("status.certificate is not base64 PEM".into()));
         }
         let failed = obj["status"]["conditions"]
             .as_array()
@@ -138,12 +168,15 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
         if let Some(reason) = failed {
             return Err(JoinError::NotIssued(reason));
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        obj = serde_json::to_value(csrs.get(&name).await?).unwrap_or_default();
+        if wait.is_some_and(|w| started.elapsed() >= w) {
+            return Err(JoinError::NotIssued(format!(
+                "CSR {name} still pending after {} s",
+                started.elapsed().as_secs()
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(10));
     }
-    Err(JoinError::NotIssued(format!(
-        "CSR {name} still pending after 2 minutes"
-    )))
 }
 
 fn read_trim(path: &str) -> String {
@@ -362,7 +395,12 @@ async fn apply_pod_cidr(client: &kube::Client, name: &str) {
 
 /// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried
 /// with back-off (the control plane may come up after the node).
-pub async fn run(settings: AgentSettings, state_dir: PathBuf) {
+pub async fn run(
+    settings: AgentSettings,
+    state_dir: PathBuf,
+    authz: std::sync::Arc<crate::authz::Authorizer>,
+    serving_cert: std::sync::Arc<transport::tls::SwappableCert>,
+) {
     let Some(cp) = settings.control_plane.clone() else {
         tracing::info!("no control plane configured; running standalone");
         return;
@@ -402,6 +440,14 @@ pub async fn run(settings: AgentSettings, state_dir: PathBuf) {
         }
     };
     tracing::info!(node = %name, server = %cp.server, "node registered");
+    authz.set_client(client.clone());
+    tokio::spawn(crate::serving::keep(
+        client.clone(),
+        name.clone(),
+        settings.node_ip.clone(),
+        state_dir.clone(),
+        serving_cert,
+    ));
     let pods = crate::pods::run(
         client.clone(),
         crate::pods::PodSettings {

@@ -1,8 +1,9 @@
 //! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and `/stats/summary`,
 //! `/containerLogs/<namespace>/<pod>/<container>` and `/exec/<namespace>/<pod>/<container>`
 //! (what the API server proxies `pods/log` and `pods/exec` to) for clients with a certificate
-//! from the cluster CA in group `system:masters` (the API server's kubelet client, or an admin). The serving certificate is self-signed, as the
-//! kubelet's is by default; the API server does not verify it.
+//! from the cluster CA whom the control plane allows the matching `nodes/<subresource>` verb
+//! ([`crate::authz`]). The serving certificate is the one the cluster issues for the node
+//! ([`crate::serving`]); until then a self-signed one, which the API server does not accept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,30 +18,21 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tracing::Instrument;
 use transport::Body;
 use transport::server::{Limits, Peer};
+use transport::tls::SwappableCert;
 
+use crate::authz::Authorizer;
 use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
 use crate::stats;
 use crate::{AgentConfig, AgentError};
 
-/// A self-signed serving certificate for `names` (the kubelet's default), with client
-/// certificates verified against `ca_pem` when given.
-fn tls_config(names: &[String], ca_pem: Option<&str>) -> Result<rustls::ServerConfig, AgentError> {
+/// The certificate served until the cluster issues one: self-signed for `names` (the kubelet's
+/// default without serving-certificate bootstrap).
+pub(crate) fn self_signed(names: &[String]) -> Result<SwappableCert, AgentError> {
     let key = rcgen::KeyPair::generate().map_err(AgentError::Certificate)?;
     let params = rcgen::CertificateParams::new(names.to_vec()).map_err(AgentError::Certificate)?;
     let cert = params.self_signed(&key).map_err(AgentError::Certificate)?;
-    Ok(transport::tls::server_config(
-        &cert.pem(),
-        &key.serialize_pem(),
-        ca_pem,
-    )?)
-}
-
-/// Whether a verified client certificate is in group `system:masters`.
-fn is_master(peer: &Peer) -> bool {
-    peer.identity
-        .as_ref()
-        .is_some_and(|id| id.groups.iter().any(|g| g == "system:masters"))
+    Ok(SwappableCert::new(&cert.pem(), &key.serialize_pem())?)
 }
 
 fn text(status: u16, body: impl Into<Bytes>) -> Response<Body> {
@@ -59,6 +51,7 @@ struct Ctx {
     log_root: PathBuf,
     node_name: String,
     sampler: stats::NodeSampler,
+    authz: Arc<Authorizer>,
 }
 
 /// `/stats/summary` as JSON.
@@ -86,37 +79,22 @@ async fn summary(ctx: Arc<Ctx>) -> Response<Body> {
 }
 
 async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
-    let authorized = is_master(&peer);
+    if req.uri().path() == "/healthz" {
+        return text(200, "ok");
+    }
+    let attrs = crate::authz::attributes(req.method(), req.uri().path());
+    if let Err(refusal) = ctx.authz.authorize(peer.identity.as_ref(), &attrs).await {
+        return text(refusal.status(), refusal.to_string());
+    }
     if req.uri().path().starts_with("/exec/") {
-        if !authorized {
-            return text(
-                403,
-                "forbidden: a client certificate in group system:masters is required",
-            );
-        }
         return exec_upgrade(req).await;
     }
     let path = req.uri().path();
-    if path == "/healthz" {
-        return text(200, "ok");
-    }
     if path == "/stats/summary" {
-        if !authorized {
-            return text(
-                403,
-                "forbidden: a client certificate in group system:masters is required",
-            );
-        }
         return summary(ctx).await;
     }
     if !path.starts_with("/containerLogs/") {
         return text(404, "not found");
-    }
-    if !authorized {
-        return text(
-            403,
-            "forbidden: a client certificate in group system:masters is required",
-        );
     }
     let result = async {
         let (ns, pod, container) = logs::parse_path(path)?;
@@ -296,8 +274,14 @@ async fn still_running(file: &Path) -> bool {
 
 /// Serves the agent endpoint until the listener fails. With the cluster CA (`ca_pem`), log
 /// requests from its `system:masters` clients are served; without it only `/healthz`.
-pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>, node_name: String) -> Result<(), AgentError> {
-    let tls = Arc::new(tls_config(&cfg.server_names, ca_pem.as_deref())?);
+pub async fn serve(
+    cfg: AgentConfig,
+    ca_pem: Option<String>,
+    node_name: String,
+    cert: Arc<SwappableCert>,
+    authz: Arc<Authorizer>,
+) -> Result<(), AgentError> {
+    let tls = Arc::new(transport::tls::server_config_with(cert, ca_pem.as_deref())?);
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| AgentError::Listen {
@@ -308,6 +292,7 @@ pub async fn serve(cfg: AgentConfig, ca_pem: Option<String>, node_name: String) 
         log_root: PathBuf::from(logs::PODS_LOG_ROOT),
         node_name,
         sampler: stats::NodeSampler::new(cfg.cgroup_root.clone()),
+        authz,
     });
     tracing::info!(listen = %cfg.listen, "ready");
     match transport::server::serve(listener, tls, Limits::default(), move |peer, req| {

@@ -33,6 +33,22 @@ pub enum PkiError {
     OtherNode { cn: String, requester: String },
     #[error("signing with the service-account key: {0}")]
     Sign(String),
+    #[error(
+        "the PKI in {dir} is incomplete (missing {missing}): refusing to create a new cluster CA over it; restore the files or remove the directory"
+    )]
+    Partial { dir: PathBuf, missing: String },
+    #[error("a kubelet serving certificate request names only DNS names and IP addresses, and at least one")]
+    ServingNames,
+}
+
+/// What a kubelet serving CSR asks for (validated as upstream's kubelet-serving signer validates
+/// it: `CN=system:node:<name>`, `O=system:nodes`, DNS and IP SANs only, at least one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingRequest {
+    /// The node named by the subject.
+    pub node: String,
+    pub dns: Vec<String>,
+    pub ips: Vec<std::net::IpAddr>,
 }
 
 /// PEM material of the cluster.
@@ -58,22 +74,29 @@ fn read(path: &Path) -> Result<String, PkiError> {
     })
 }
 
+/// Writes `data` to `path` (mode 0600) atomically: a temporary file, fsynced, renamed over
+/// `path`, and the directory fsynced, so a crash leaves the old file or the new one.
 fn write_private(path: &Path, data: &str) -> Result<(), PkiError> {
     use std::io::Write;
+    let io = |source| PkiError::Io {
+        path: path.into(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(path)
-        .map_err(|source| PkiError::Io {
-            path: path.into(),
-            source,
-        })?;
-    f.write_all(data.as_bytes()).map_err(|source| PkiError::Io {
-        path: path.into(),
-        source,
-    })
+        .open(&tmp)
+        .map_err(io)?;
+    f.write_all(data.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(())
 }
 
 const FILES: [&str; 8] = [
@@ -117,6 +140,57 @@ fn service_account_key(path: &Path) -> Result<Vec<u8>, PkiError> {
     Ok(doc.as_ref().to_vec())
 }
 
+/// The signer of kubelet serving certificates (what an agent asks for its TLS endpoint; the API
+/// server verifies agents against them).
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// How long issued node certificates (client and serving) are valid.
+const NODE_CERT_DAYS: u64 = 365;
+
+/// The node named by a CSR's subject (`CN=system:node:<name>`, `O=system:nodes`).
+fn node_subject(csr: &rcgen::CertificateSigningRequestParams) -> Result<String, PkiError> {
+    let dn = &csr.params.distinguished_name;
+    let text = |t: &DnType| match dn.get(t) {
+        Some(rcgen::DnValue::Utf8String(s)) => Some(s.clone()),
+        Some(rcgen::DnValue::PrintableString(s)) => Some(s.as_str().to_string()),
+        Some(other) => Some(format!("{other:?}")),
+        None => None,
+    };
+    let cn = text(&DnType::CommonName).unwrap_or_default();
+    let org = text(&DnType::OrganizationName).unwrap_or_default();
+    match cn.strip_prefix("system:node:") {
+        Some(node) if !node.is_empty() && org == "system:nodes" => Ok(node.to_string()),
+        _ => Err(PkiError::NotANodeSubject { cn, org }),
+    }
+}
+
+/// Parses a kubelet serving CSR (PEM) and checks it the way upstream's signer does.
+pub fn serving_request(csr_pem: &str) -> Result<ServingRequest, PkiError> {
+    let csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
+    serving_request_of(&csr)
+}
+
+fn serving_request_of(csr: &rcgen::CertificateSigningRequestParams) -> Result<ServingRequest, PkiError> {
+    let node = node_subject(csr)?;
+    let (mut dns, mut ips) = (Vec::new(), Vec::new());
+    for san in &csr.params.subject_alt_names {
+        match san {
+            SanType::DnsName(d) => dns.push(d.as_str().to_string()),
+            SanType::IpAddress(ip) => ips.push(*ip),
+            _ => return Err(PkiError::ServingNames),
+        }
+    }
+    if dns.is_empty() && ips.is_empty() {
+        return Err(PkiError::ServingNames);
+    }
+    Ok(ServingRequest { node, dns, ips })
+}
+
+/// The user of the API server's client certificate for node agents. It is in no group: the
+/// bootstrap binding `nodeos:kube-apiserver-kubelet-client` gives it `system:kubelet-api-admin`
+/// and nothing else.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
 /// The signer of kubelet client certificates (what a joining node asks for).
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
@@ -133,12 +207,23 @@ impl Pki {
     /// Loads the PKI from `dir`, creating it when absent. `sans` are the serving certificate's
     /// names and addresses (IP literals become IP SANs).
     pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Self, PkiError> {
-        std::fs::create_dir_all(dir).map_err(|source| PkiError::Io {
+        use std::os::unix::fs::PermissionsExt;
+        let io = |source| PkiError::Io {
             path: dir.into(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        let missing: Vec<&str> = FILES.iter().copied().filter(|f| !dir.join(f).exists()).collect();
+        // Some files but not all: never a new CA over what nodes and clients already trust.
+        if !missing.is_empty() && missing.len() < FILES.len() {
+            return Err(PkiError::Partial {
+                dir: dir.into(),
+                missing: missing.join(", "),
+            });
+        }
         let sa_key_pkcs8 = service_account_key(&dir.join("sa.key"))?;
-        if FILES.iter().all(|f| dir.join(f).exists()) {
+        if missing.is_empty() {
             return Ok(Self {
                 sa_key_pkcs8,
                 ca_pem: read(&dir.join("ca.crt"))?,
@@ -222,51 +307,54 @@ impl Pki {
     /// [`Self::sign_node_csr`], for a CSR a node posted itself (`requester`, the node's name):
     /// it may only be for that same node (a renewal).
     pub fn sign_node_csr_for(&self, csr_pem: &str, requester: Option<&str>) -> Result<String, PkiError> {
-        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
-        let dn = &csr.params.distinguished_name;
-        let text = |t: &DnType| match dn.get(t) {
-            Some(rcgen::DnValue::Utf8String(s)) => Some(s.clone()),
-            Some(rcgen::DnValue::PrintableString(s)) => Some(s.as_str().to_string()),
-            Some(other) => Some(format!("{other:?}")),
-            None => None,
-        };
-        let cn = text(&DnType::CommonName).unwrap_or_default();
-        let org = text(&DnType::OrganizationName).unwrap_or_default();
-        let node = cn.strip_prefix("system:node:").unwrap_or_default();
-        if node.is_empty() || org != "system:nodes" {
-            return Err(PkiError::NotANodeSubject { cn, org });
-        }
+        let csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
+        let node = node_subject(&csr)?;
         if let Some(r) = requester
             && r != node
         {
             return Err(PkiError::OtherNode {
-                cn,
+                cn: format!("system:node:{node}"),
                 requester: r.to_string(),
             });
         }
+        self.issue(csr, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// Signs a kubelet serving CSR (PEM) that passes [`serving_request`]: a server-auth
+    /// certificate for its DNS names and addresses, issued by the cluster CA. Whether the
+    /// request may be signed at all (approval) is the caller's decision.
+    pub fn sign_serving_csr(&self, csr_pem: &str) -> Result<String, PkiError> {
+        let csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(PkiError::BadCsr)?;
+        serving_request_of(&csr)?;
+        self.issue(csr, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// Issues a node certificate for `csr` with the one extended key usage `usage`.
+    fn issue(
+        &self,
+        mut csr: rcgen::CertificateSigningRequestParams,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<String, PkiError> {
         csr.params.is_ca = IsCa::NoCa;
-        csr.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        csr.params.extended_key_usages = vec![usage];
         csr.params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
         let now = std::time::SystemTime::now();
         csr.params.not_before = (now - std::time::Duration::from_secs(300)).into();
-        csr.params.not_after = (now + std::time::Duration::from_secs(365 * 86_400)).into();
+        csr.params.not_after = (now + std::time::Duration::from_secs(NODE_CERT_DAYS * 86_400)).into();
         let (ca, ca_key) = self.ca()?;
         Ok(csr.signed_by(&ca, &ca_key)?.pem())
     }
 
-    /// A fresh client certificate for talking to node agents (`pods/log`): CN
-    /// `kube-apiserver-kubelet-client`, O `system:masters`, issued by the cluster CA for a year.
+    /// A fresh client certificate for talking to node agents (`pods/log`, `pods/exec`, stats):
+    /// CN [`KUBELET_CLIENT_USER`] in no group, issued by the cluster CA for a year.
     /// Returns (certificate PEM, key PEM).
     pub fn kubelet_client(&self) -> Result<(String, String), PkiError> {
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::new(Vec::<String>::new())?;
-        p.distinguished_name
-            .push(DnType::CommonName, "kube-apiserver-kubelet-client");
-        p.distinguished_name
-            .push(DnType::OrganizationName, "system:masters");
+        p.distinguished_name.push(DnType::CommonName, KUBELET_CLIENT_USER);
         p.is_ca = IsCa::NoCa;
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         p.key_usages = vec![
@@ -415,8 +503,13 @@ mod tests {
     }
 
     fn csr(cn: &str, org: &str) -> String {
+        csr_with_names(cn, org, &[])
+    }
+
+    fn csr_with_names(cn: &str, org: &str, names: &[&str]) -> String {
         let key = KeyPair::generate().expect("key");
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+        let names = names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut p = CertificateParams::new(names).expect("params");
         p.distinguished_name.push(DnType::CommonName, cn);
         p.distinguished_name.push(DnType::OrganizationName, org);
         p.serialize_request(&key).expect("csr").pem().expect("pem")
@@ -469,5 +562,61 @@ mod tests {
             pki.sign_node_csr_for(&n1, Some("n2")),
             Err(PkiError::OtherNode { .. })
         ));
+    }
+
+    #[test]
+    fn serving_csrs_are_validated_as_upstream_and_signed_for_server_auth() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect("create");
+        let good = csr_with_names("system:node:n1", "system:nodes", &["n1", "10.0.0.5"]);
+        assert_eq!(
+            serving_request(&good).expect("valid"),
+            ServingRequest {
+                node: "n1".into(),
+                dns: vec!["n1".into()],
+                ips: vec!["10.0.0.5".parse().expect("ip")],
+            }
+        );
+        let pem = pki.sign_serving_csr(&good).expect("signed");
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).expect("pem");
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).expect("x509");
+        let eku = cert.extended_key_usage().ok().flatten().map(|e| e.value.clone());
+        assert_eq!(
+            eku.as_ref().map(|e| (e.server_auth, e.client_auth)),
+            Some((true, false))
+        );
+        // No names at all, or a subject that is not a node: refused as upstream's signer does.
+        for bad in [
+            csr_with_names("system:node:n1", "system:nodes", &[]),
+            csr_with_names("admin", "system:masters", &["n1"]),
+            csr_with_names("system:node:", "system:nodes", &["n1"]),
+        ] {
+            assert!(serving_request(&bad).is_err(), "{bad}");
+            assert!(pki.sign_serving_csr(&bad).is_err());
+        }
+        assert!(matches!(serving_request("garbage"), Err(PkiError::BadCsr(_))));
+    }
+
+    #[test]
+    fn a_partial_pki_is_an_error_and_no_new_ca() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect("create");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(dir.path()), 0o700);
+        assert_eq!(mode(&dir.path().join("ca.key")), 0o600);
+        assert!(!dir.path().join("ca.key.tmp").exists());
+        std::fs::remove_file(dir.path().join("ca.key")).expect("rm");
+        let err = Pki::load_or_create(dir.path(), &["127.0.0.1".into()]).expect_err("partial");
+        assert!(
+            matches!(&err, PkiError::Partial { missing, .. } if missing == "ca.key"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("ca.crt")).expect("ca"),
+            pki.ca_pem,
+            "the CA is kept"
+        );
+        assert!(!dir.path().join("ca.key").exists());
     }
 }

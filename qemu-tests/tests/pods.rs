@@ -37,6 +37,56 @@ fn kubectl_status(
     ))
 }
 
+/// GETs `path` from `node`'s agent, reached at 127.0.0.1:`port` (the host forward) with curl,
+/// which verifies the agent's certificate against the cluster CA for the node's name; `client`
+/// is a certificate and key file to present. Returns the HTTP status and the body.
+fn agent_get(
+    cp: &ControlPlane,
+    node: &str,
+    port: u16,
+    path: &str,
+    client: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<(u16, String)> {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sS", "--max-time", "60", "-w", "\n%{http_code}", "--cacert"])
+        .arg(cp.dir().join("pki/ca.crt"))
+        .args(["--resolve", &format!("{node}:{port}:127.0.0.1")]);
+    if let Some((cert, key)) = client {
+        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    let out = cmd.arg(format!("https://{node}:{port}{path}")).output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "curl {path}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    Ok((code.trim().parse()?, body.to_string()))
+}
+
+/// Writes a client certificate of node `name` (from the cluster CA) and its key into the
+/// control plane's directory; returns their paths.
+fn node_identity(cp: &ControlPlane, name: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let pki = controlplane::pki::Pki::load_or_create(&cp.dir().join("pki"), &[])?;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{name}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let cert = pki.sign_node_csr(&params.serialize_request(&key)?.pem()?)?;
+    let (cert_path, key_path) = (
+        cp.dir().join(format!("{name}.crt")),
+        cp.dir().join(format!("{name}.key")),
+    );
+    std::fs::write(&cert_path, cert)?;
+    std::fs::write(&key_path, key.serialize_pem())?;
+    Ok((cert_path, key_path))
+}
+
 /// Runs kubectl with stdout piped and returns its first `n` lines (within 60 s), then kills it.
 fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String>> {
     use std::io::BufRead;
@@ -108,7 +158,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_memory_mib(1024)
         .with_nics(vec![nic])
-        .with_fw_cfg(machine_config);
+        .with_fw_cfg(machine_config.clone());
     let mut vm = f.start(&cfg)?;
     vm.wait_for_line("agent: node registered", BOOT)?;
     let image = guest_busybox();
@@ -282,6 +332,37 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
 
     // kubectl logs, through the API server to the node's agent.
     ensure!(cp.kubectl(&["logs", "web"])? == "up\n", "logs web");
+    // The agent itself: it serves the cluster's certificate for its node's name (curl verifies
+    // it), wants a client certificate, and lets in only whom the control plane allows.
+    let agent_port: u16 =
+        serde_json::from_str::<serde_json::Value>(&machine_config)?["controlPlane"]["kubeletEndpoint"]
+            .as_str()
+            .and_then(|e| e.rsplit_once(':')?.1.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no kubelet endpoint in the machine config"))?;
+    let logs_path = "/containerLogs/default/web/main";
+    let anonymous = agent_get(&cp, node, agent_port, logs_path, None)?;
+    ensure!(
+        anonymous == (401, "Unauthorized".into()),
+        "no client certificate: {anonymous:?}"
+    );
+    let (cert, key) = node_identity(&cp, "intruder")?;
+    let intruder = agent_get(&cp, node, agent_port, logs_path, Some((&cert, &key)))?;
+    ensure!(
+        intruder
+            == (
+                403,
+                "Forbidden (user=system:node:intruder, verb=get, resource=nodes, subresource=proxy)".into()
+            ),
+        "another node's identity: {intruder:?}"
+    );
+    let (admin_cert, admin_key) = (cp.dir().join("pki/admin.crt"), cp.dir().join("pki/admin.key"));
+    let admin = agent_get(&cp, node, agent_port, logs_path, Some((&admin_cert, &admin_key)))?;
+    ensure!(admin == (200, "up\n".into()), "an administrator: {admin:?}");
+    let stats = agent_get(&cp, node, agent_port, "/stats/summary", Some((&cert, &key)))?;
+    ensure!(
+        stats.0 == 403 && stats.1.ends_with("subresource=stats)"),
+        "stats for another node's identity: {stats:?}"
+    );
     ensure!(
         cp.kubectl(&["logs", "fail", "-f"])? == "bye\n",
         "logs -f of an exited container ends"

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::TokioExecutor;
 
 use crate::tls::TlsError;
@@ -38,6 +39,40 @@ where
     B: hyper::body::Body + Send + 'static,
     B::Data: Send,
 {
+    let mut http = HttpConnector::new();
+    tune(&mut http);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_tls(tls)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(pooled(connector))
+}
+
+/// A pooled client whose host names are resolved by a [`Names`] table instead of DNS. The host
+/// name stays what TLS verifies the server against: the API server reaches a node agent at
+/// `https://<node name>:<port>` with the node's reported address behind the name, so the
+/// agent must hold a certificate for that node's name.
+pub type NamedClient<B> = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector<Names>>, B>;
+
+/// [`NamedClient`] (https only) with TLS configuration `tls` and name table `names`.
+pub fn named_client<B>(tls: Arc<rustls::ClientConfig>, names: Names) -> Result<NamedClient<B>, TlsError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let mut http = HttpConnector::new_with_resolver(names);
+    tune(&mut http);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_tls(Some(tls))?)
+        .https_only()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(pooled(connector))
+}
+
+/// The TLS configuration a client uses: `tls`, or one trusting nothing.
+fn client_tls(tls: Option<Arc<rustls::ClientConfig>>) -> Result<rustls::ClientConfig, TlsError> {
     let mut tls = match tls {
         Some(t) => (*t).clone(),
         None => {
@@ -49,27 +84,81 @@ where
     };
     // hyper-rustls sets ALPN itself (`enable_http1`) and panics when it is already set.
     tls.alpn_protocols.clear();
-    let mut http = HttpConnector::new();
+    Ok(tls)
+}
+
+fn tune<R>(http: &mut HttpConnector<R>) {
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+}
+
+fn pooled<C, B>(connector: C) -> hyper_util::client::legacy::Client<C, B>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
-        .build(connector))
+        .build(connector)
+}
+
+/// A name-to-address table used as a [`NamedClient`]'s resolver: the owner sets a name's
+/// address before sending a request for it; a name it never set does not resolve.
+#[derive(Debug, Clone, Default)]
+pub struct Names(Arc<std::sync::RwLock<std::collections::HashMap<String, std::net::IpAddr>>>);
+
+impl Names {
+    /// Points `name` at `ip`.
+    pub fn set(&self, name: &str, ip: std::net::IpAddr) {
+        let mut m = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.get(name) != Some(&ip) {
+            m.insert(name.to_string(), ip);
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<std::net::IpAddr> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .copied()
+    }
+}
+
+/// A name [`Names`] does not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("no address is known for {0:?}")]
+pub struct UnknownName(String);
+
+impl tower::Service<Name> for Names {
+    type Response = std::iter::Once<std::net::SocketAddr>;
+    type Error = UnknownName;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        // The port is the URI's; the connector sets it.
+        std::future::ready(
+            self.get(name.as_str())
+                .map(|ip| std::iter::once(std::net::SocketAddr::new(ip, 0)))
+                .ok_or_else(|| UnknownName(name.as_str().to_string())),
+        )
+    }
 }
 
 /// Sends `req`, waiting at most `timeout` for the response head.
-pub async fn send<B>(
-    client: &HttpClient<B>,
+pub async fn send<C, B>(
+    client: &hyper_util::client::legacy::Client<C, B>,
     req: http::Request<B>,
     timeout: Duration,
 ) -> Result<http::Response<Incoming>, ClientError>
 where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
     B: hyper::body::Body + Send + 'static + Unpin,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

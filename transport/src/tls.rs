@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::sign::CertifiedKey;
 
 /// Errors building a TLS configuration.
 #[derive(Debug, thiserror::Error)]
@@ -71,11 +70,19 @@ pub fn server_config(
     key_pem: &str,
     client_ca_pem: Option<&str>,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let chain = certificates(cert_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+    let cert = Arc::new(SwappableCert::new(cert_pem, key_pem)?);
+    server_config_with(cert, client_ca_pem)
+}
+
+/// [`server_config`] serving whatever certificate `cert` picks at each handshake (a
+/// [`SwappableCert`], or a choice by the requested name).
+pub fn server_config_with(
+    cert: Arc<dyn rustls::server::ResolvesServerCert>,
+    client_ca_pem: Option<&str>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let builder =
         rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
-    let mut cfg = match client_ca_pem {
+    let builder = match client_ca_pem {
         Some(pem) => {
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(root_store(pem)?),
@@ -83,25 +90,95 @@ pub fn server_config(
             )
             .allow_unauthenticated()
             .build()?;
-            builder
-                .with_client_cert_verifier(verifier)
-                .with_single_cert(chain, key)?
+            builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth().with_single_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
     };
+    let mut cfg = builder.with_cert_resolver(cert);
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
+}
+
+/// A server certificate that can be replaced while serving (a node agent starts with a
+/// self-signed one and switches to the one the cluster issues).
+#[derive(Debug)]
+pub struct SwappableCert(std::sync::RwLock<Arc<CertifiedKey>>);
+
+impl SwappableCert {
+    /// Starts with the chain of `cert_pem` and the key of `key_pem`.
+    pub fn new(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
+        Ok(Self(std::sync::RwLock::new(Arc::new(certified_key(
+            cert_pem, key_pem,
+        )?))))
+    }
+
+    /// Serves `cert_pem`/`key_pem` from the next handshake on (a bad pair changes nothing).
+    pub fn replace(&self, cert_pem: &str, key_pem: &str) -> Result<(), TlsError> {
+        let key = Arc::new(certified_key(cert_pem, key_pem)?);
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = key;
+        Ok(())
+    }
+}
+
+impl rustls::server::ResolvesServerCert for SwappableCert {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+/// A certificate chain and its key (PEM) as rustls serves them; a key that does not match the
+/// certificate is an error.
+pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, TlsError> {
+    let chain = certificates(cert_pem)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+    let signing = provider().key_provider.load_private_key(key)?;
+    let certified = CertifiedKey::new(chain, signing);
+    // The key must belong to the certificate (rustls checks when it can).
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(certified),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The DNS names and IP addresses a certificate (PEM, first in the chain) is for, and when it
+/// expires.
+pub fn certificate_names(pem: &str) -> Option<(Vec<String>, std::time::SystemTime)> {
+    let der = certificates(pem).ok()?.into_iter().next()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => names.push(d.to_string()),
+                x509_parser::extensions::GeneralName::IPAddress(b) => {
+                    let ip = match b.len() {
+                        4 => <[u8; 4]>::try_from(*b).ok().map(std::net::IpAddr::from),
+                        16 => <[u8; 16]>::try_from(*b).ok().map(std::net::IpAddr::from),
+                        _ => None,
+                    };
+                    names.extend(ip.map(|i| i.to_string()));
+                }
+                _ => {}
+            }
+        }
+    }
+    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    Some((
+        names,
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+    ))
 }
 
 /// How a client checks the server's certificate.
 #[derive(Debug, Clone, Copy)]
 pub enum ServerAuth<'a> {
-    /// Against this CA (PEM).
+    /// Against this CA (PEM): the chain, the name the client asked for, and server auth usage.
     Ca(&'a str),
-    /// Not at all: only for node agents' self-signed serving certificates, as kube-apiserver
-    /// without `--kubelet-certificate-authority` (the security issue replaces it with
-    /// CSR-issued serving certificates).
-    Unverified,
 }
 
 /// A client configuration: TLS 1.2/1.3, ALPN `http/1.1`, the server checked per `server`, and
@@ -114,9 +191,6 @@ pub fn client_config(
         rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = match server {
         ServerAuth::Ca(pem) => builder.with_root_certificates(root_store(pem)?),
-        ServerAuth::Unverified => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unverified(provider()))),
     };
     let mut cfg = match identity {
         Some((cert_pem, key_pem)) => builder.with_client_auth_cert(
@@ -127,45 +201,6 @@ pub fn client_config(
     };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
-}
-
-/// Accepts any server certificate but still checks the handshake signatures.
-#[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

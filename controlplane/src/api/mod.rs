@@ -461,6 +461,12 @@ impl Api {
                 let obj = parse_object_body(&ct, &body)?;
                 self.update(&t, obj, &query).await.map(|v| answer(200, &v))
             }
+            (Method::PUT, true, Some("approval")) if t.res.plural == "certificatesigningrequests" => {
+                let obj = parse_object_body(&ct, &body)?;
+                self.approve_csr(&t, obj, &query, caller)
+                    .await
+                    .map(|v| answer(200, &v))
+            }
             (Method::PUT | Method::PATCH, true, Some("scale")) => self
                 .patch_scale(&t, &ct, &body, &query)
                 .await

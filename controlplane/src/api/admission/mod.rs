@@ -1,6 +1,6 @@
 //! Admission: defaulting ([`defaults`]) and validation ([`validation`]) of objects (docs/SEEDS-SPEC.md
 //! §1.9-1.10), the shape and type checks of request bodies, and approval and signing of node
-//! client CSRs ([`csr`]). Pure functions of the object: nothing here reads the store.
+//! CSRs ([`csr`]). Pure functions of the objects they are given: nothing here reads the store.
 
 mod csr;
 mod defaults;
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kcore::qos::QosClass;
 use serde_json::{Value, json};
 
-pub(crate) use csr::admit_csr;
+pub(crate) use csr::{admit_csr, approval_update, serving_node};
 
 use crate::api::object::selector::{labels_match, selector_requirements};
 use crate::api::object::{self, b64, name_of};

@@ -734,6 +734,13 @@ pub(crate) fn cluster_role_bindings() -> Vec<BindingSpec> {
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
             &[("Group", "system:nodes", "")],
         ),
+        // The API server's client certificate for node agents (logs, exec, stats) may do
+        // what the kubelet API allows and nothing else.
+        (
+            "nodeos:kube-apiserver-kubelet-client",
+            "system:kubelet-api-admin",
+            &[("User", crate::pki::KUBELET_CLIENT_USER, "")],
+        ),
         // Bound to no one, as upstream: the Node authorizer grants nodes these rules.
         ("system:node", "system:node", &[]),
         (

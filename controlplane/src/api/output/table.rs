@@ -150,6 +150,14 @@ fn columns(r: &Resource) -> Vec<Column> {
             col("Drivers", "integer", 0),
             col("Age", "string", 0),
         ],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec![
+            col("Name", "string", 0),
+            col("Age", "string", 0),
+            col("SignerName", "string", 0),
+            col("Requestor", "string", 0),
+            col("RequestedDuration", "string", 0),
+            col("Condition", "string", 0),
+        ],
         ("storage.k8s.io", "volumeattachments") => vec![
             col("Name", "string", 0),
             col("Attacher", "string", 0),
@@ -373,6 +381,34 @@ fn format_labels(m: &Value) -> String {
 
 /// apimachinery's `duration.HumanDuration` (kubectl's DURATION and AGE texts: `31s`, `4m23s`,
 /// `3h5m`, `2d4h`, `1y20d`).
+/// A CSR's CONDITION column (upstream's `extractCSRStatus`): Denied, else Approved, else
+/// Pending, then `,Failed` and `,Issued`.
+fn csr_condition(csr: &Value) -> String {
+    let has = |t: &str| {
+        csr["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|x| x["type"] == t))
+    };
+    let mut out = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        out.push_str(",Failed");
+    }
+    if csr["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+    {
+        out.push_str(",Issued");
+    }
+    out
+}
+
 pub fn human_duration(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".into();
@@ -899,6 +935,16 @@ fn cells(r: &Resource, obj: &Value, now: SystemTime) -> Vec<Value> {
             json!(obj["status"]["attached"].as_bool().unwrap_or(false)),
             json!(created),
         ],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec![
+            name,
+            json!(created),
+            json!(s(&obj["spec"]["signerName"])),
+            json!(s(&obj["spec"]["username"])),
+            obj["spec"]["expirationSeconds"]
+                .as_i64()
+                .map_or_else(none, |e| json!(human_duration(e))),
+            json!(csr_condition(obj)),
+        ],
         ("apps", "statefulsets") => {
             let (names, images) = template_containers(&obj["spec"]["template"]);
             vec![
@@ -1088,6 +1134,28 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csr_condition_column_as_upstream() {
+        let csr = |types: &[&str], cert: &str| {
+            let c: Vec<Value> = types
+                .iter()
+                .map(|t| json!({"type": t, "status": "True"}))
+                .collect();
+            json!({"status": {"conditions": c, "certificate": cert}})
+        };
+        let cases = [
+            (csr(&[], ""), "Pending"),
+            (csr(&["Approved"], ""), "Approved"),
+            (csr(&["Approved"], "Y2VydA=="), "Approved,Issued"),
+            (csr(&["Approved", "Failed"], ""), "Approved,Failed"),
+            (csr(&["Denied"], ""), "Denied"),
+            (csr(&["Failed"], ""), "Pending,Failed"),
+        ];
+        for (obj, want) in cases {
+            assert_eq!(csr_condition(&obj), want, "{obj}");
+        }
+    }
 
     #[test]
     fn human_durations_as_kubectl_prints_them() {

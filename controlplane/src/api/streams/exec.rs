@@ -5,7 +5,7 @@ use http::{Response, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
-use super::{agent_error, agent_send, pick_container};
+use super::{agent_error, pick_container};
 use crate::api::Api;
 use crate::api::output::{Body, error_response, full};
 use crate::api::request::{Caller, Query, parse_target};
@@ -52,7 +52,7 @@ impl Api {
         self.may_exec(caller, &name, &ns)?;
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?.to_string();
-        let (node, addr) = self.agent_of(&pod, &name).await?;
+        let agent = self.agent_of(&pod, &name).await?;
         let websocket = req
             .headers()
             .get(header::UPGRADE)
@@ -63,11 +63,10 @@ impl Api {
                 "exec over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)",
             ));
         }
-        let agent_uri = format!(
-            "https://{addr}/exec/{ns}/{name}/{container}?{}",
+        let agent_uri = agent.uri(&format!(
+            "/exec/{ns}/{name}/{container}?{}",
             req.uri().query().unwrap_or_default()
-        );
-        let client = self.agent_client()?;
+        ));
         let mut up = http::Request::get(agent_uri)
             .header(header::CONNECTION, "Upgrade")
             .header(header::UPGRADE, "websocket");
@@ -83,9 +82,9 @@ impl Api {
         let up = up
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut agent_resp = agent_send(&client, &node, addr, up).await?;
+        let mut agent_resp = self.agent_send(&agent, up).await?;
         if agent_resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            return Err(agent_error(&node, agent_resp).await);
+            return Err(agent_error(&agent.node, agent_resp).await);
         }
         let mut out = Response::new(full(Bytes::new()));
         *out.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Empty};
 
-use super::{agent_error, agent_send, pick_container};
+use super::{agent_error, pick_container};
 use crate::api::Api;
 use crate::api::output::Body;
 use crate::api::request::{Query, Target};
@@ -28,24 +28,23 @@ impl Api {
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
         let container = pick_container(&pod, &name, q.get("container"))?;
-        let (node, addr) = self.agent_of(&pod, &name).await?;
+        let agent = self.agent_of(&pod, &name).await?;
         let mut query: Vec<String> = Vec::new();
         for p in LOG_PARAMS {
             if let Some(v) = q.get(p) {
                 query.push(format!("{p}={}", v.replace(['&', '#', ' '], "")));
             }
         }
-        let uri = format!(
-            "https://{addr}/containerLogs/{ns}/{name}/{container}?{}",
+        let uri = agent.uri(&format!(
+            "/containerLogs/{ns}/{name}/{container}?{}",
             query.join("&")
-        );
-        let client = self.agent_client()?;
+        ));
         let req = http::Request::get(uri)
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let resp = agent_send(&client, &node, addr, req).await?;
+        let resp = self.agent_send(&agent, req).await?;
         if resp.status() != http::StatusCode::OK {
-            return Err(agent_error(&node, resp).await);
+            return Err(agent_error(&agent.node, resp).await);
         }
         let (tx, out_body) = transport::body::channel(16);
         let mut body = resp.into_body();

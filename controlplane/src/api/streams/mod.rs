@@ -2,12 +2,17 @@
 //! `/containerLogs/<namespace>/<pod>/<container>`, streamed through) and `pods/<name>/exec`
 //! (a WebSocket upgrade spliced to the agent's `/exec/...`).
 //!
-//! The agent is reached at the Node's `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`, for
-//! nodes behind NAT such as QEMU guests with a host forward), else its InternalIP and
-//! `status.daemonEndpoints.kubeletEndpoint.Port`. The API server authenticates with a client
-//! certificate from the cluster CA (`system:masters`); like an API server without
-//! `--kubelet-certificate-authority`, it does not verify the agent's self-signed serving
-//! certificate.
+//! The agent is reached at the address its Node reports (written only by that node's identity or
+//! an administrator, NodeRestriction): the `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`,
+//! for nodes behind NAT such as QEMU guests with a host forward), else its InternalIP and
+//! `status.daemonEndpoints.kubeletEndpoint.Port`. The connection is made to
+//! `https://<node name>:<port>` with that address behind the name, so the agent must present a
+//! certificate from the cluster CA for the node's name: one issued through a
+//! `kubernetes.io/kubelet-serving` CSR, which is approved only for a node's own name and
+//! addresses ([`crate::api::admission`]). A forged address reaches no agent. The API server
+//! authenticates with its kubelet-client certificate (user `kube-apiserver-kubelet-client`,
+//! which holds `system:kubelet-api-admin` only); the agent authorizes each request through a
+//! SubjectAccessReview.
 
 mod exec;
 mod logs;
@@ -21,7 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Empty;
 use serde_json::Value;
-use transport::client::{ClientError, HttpClient};
+use transport::client::ClientError;
 
 use crate::api::Api;
 use crate::api::registry;
@@ -36,12 +41,38 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest error body read from an agent.
 const AGENT_ERROR_LIMIT: usize = 64 << 10;
 
-/// The client agents are reached with.
-pub(crate) type AgentClient = HttpClient<Empty<Bytes>>;
+pub(crate) use tls::AgentClient;
+
+/// A node's agent: the name its serving certificate must carry and where it listens.
+#[derive(Debug, Clone)]
+struct Agent {
+    node: String,
+    addr: SocketAddr,
+}
+
+impl Agent {
+    /// The agent of the Node object `node`.
+    fn of_node(node: &Value) -> Result<Self, ApiError> {
+        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+        let addr = agent_address(node).ok_or_else(|| {
+            ApiError::bad_request(format!("node {name} has no address to reach its agent at"))
+        })?;
+        Ok(Self {
+            node: name.to_string(),
+            addr,
+        })
+    }
+
+    /// The URI of `path_and_query` on this agent (the host is the node's name; see the module
+    /// doc).
+    fn uri(&self, path_and_query: &str) -> String {
+        format!("https://{}:{}{path_and_query}", self.node, self.addr.port())
+    }
+}
 
 impl Api {
     /// The node a pod runs on and where its agent listens.
-    async fn agent_of(&self, pod: &Value, name: &str) -> Result<(String, SocketAddr), ApiError> {
+    async fn agent_of(&self, pod: &Value, name: &str) -> Result<Agent, ApiError> {
         let node = pod["spec"]["nodeName"]
             .as_str()
             .filter(|n| !n.is_empty())
@@ -49,37 +80,44 @@ impl Api {
         let nodes =
             registry::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes not served"))?;
         let (node_obj, _) = self.read_object(nodes, None, node).await?;
-        let addr = agent_address(&node_obj).ok_or_else(|| {
-            ApiError::bad_request(format!("node {node} has no address to reach its agent at"))
-        })?;
-        Ok((node.to_string(), addr))
+        Agent::of_node(&node_obj)
+    }
+
+    /// Sends `req` to `agent`; an unreachable or unverifiable agent is a 500 naming both.
+    async fn agent_send(
+        &self,
+        agent: &Agent,
+        req: http::Request<Empty<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+        let client = self.agent_client()?;
+        client.names.set(&agent.node, agent.addr.ip());
+        transport::client::send(&client.client, req, AGENT_TIMEOUT)
+            .await
+            .map_err(|e| unreachable(agent, &e))
     }
 
     /// GETs `path` from the agent of the Node object `node` (the Summary API for
     /// [`crate::api::metrics`]): the whole answer, at most `limit` bytes; an agent's error answer
     /// is an [`ApiError`] as for logs.
     pub(crate) async fn agent_get(&self, node: &Value, path: &str, limit: usize) -> Result<Bytes, ApiError> {
-        let name = node["metadata"]["name"].as_str().unwrap_or_default();
-        let addr = agent_address(node).ok_or_else(|| {
-            ApiError::bad_request(format!("node {name} has no address to reach its agent at"))
-        })?;
-        let client = self.agent_client()?;
-        let req = http::Request::get(format!("https://{addr}{path}"))
+        let agent = Agent::of_node(node)?;
+        let req = http::Request::get(agent.uri(path))
             .body(Empty::<Bytes>::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let resp = agent_send(&client, name, addr, req).await?;
+        let resp = self.agent_send(&agent, req).await?;
         if resp.status() != http::StatusCode::OK {
-            return Err(agent_error(name, resp).await);
+            return Err(agent_error(&agent.node, resp).await);
         }
         transport::client::read_body(resp.into_body(), limit)
             .await
-            .map_err(|e| ApiError::internal(format!("agent of node {name}: {e}")))
+            .map_err(|e| ApiError::internal(format!("agent of node {}: {e}", agent.node)))
     }
 
     /// The client for agents (built on first use).
     fn agent_client(&self) -> Result<AgentClient, ApiError> {
+        // Built once; a clone shares the connection pool and the name table.
         self.agent_client
-            .get_or_init(|| tls::agent_client(self.pki.as_deref()).map_err(std::sync::Arc::new))
+            .get_or_init(|| AgentClient::new(self.pki.as_deref()).map_err(std::sync::Arc::new))
             .as_ref()
             .cloned()
             .map_err(|e| ApiError::internal(e.to_string()))
@@ -88,9 +126,9 @@ impl Api {
 
 impl Api {
     /// Exec upgrades do not pass [`Api::route`]; they are authorized here as upstream
-    /// authorizes a WebSocket exec: `create` on `pods/exec`. (Logs and exec run with the API
-    /// server's `system:masters` client certificate on the node, so this is what keeps a caller
-    /// out of workloads it may not reach.)
+    /// authorizes a WebSocket exec: `create` on `pods/exec`. (The agent only checks that the
+    /// API server may proxy to nodes, so this is what keeps a caller out of workloads it may
+    /// not reach.)
     pub(crate) fn may_exec(&self, caller: Option<&Caller>, name: &str, ns: &str) -> Result<(), ApiError> {
         let Some(c) = caller else {
             return Err(ApiError::unauthorized());
@@ -154,20 +192,22 @@ fn agent_address(node: &Value) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
 }
 
-/// Sends `req` to the agent of `node` at `addr`; an unreachable agent is a 500 naming both.
-async fn agent_send(
-    client: &AgentClient,
-    node: &str,
-    addr: SocketAddr,
-    req: http::Request<Empty<Bytes>>,
-) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
-    transport::client::send(client, req, AGENT_TIMEOUT)
-        .await
-        .map_err(|e| unreachable(node, addr, &e))
-}
-
-fn unreachable(node: &str, addr: SocketAddr, e: &ClientError) -> ApiError {
-    ApiError::internal(format!("cannot reach the agent of node {node} at {addr}: {e}"))
+/// An agent that cannot be reached or verified: a 500 naming the node, the address and the
+/// whole cause (a certificate that is not the node's says so).
+fn unreachable(agent: &Agent, e: &ClientError) -> ApiError {
+    let mut why = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !why.contains(&text) {
+            why = format!("{why}: {text}");
+        }
+        source = s.source();
+    }
+    ApiError::internal(format!(
+        "cannot reach the agent of node {} at {}: {why}",
+        agent.node, agent.addr
+    ))
 }
 
 /// An agent's error answer as an API error (its text body, at most 64 KiB, is the message).

@@ -1,10 +1,11 @@
-//! The TLS client of the agents: the API server's client certificate from the cluster CA; the
-//! agent's self-signed serving certificate is not verified (as an API server without
-//! `--kubelet-certificate-authority`).
+//! The TLS client of the agents: the API server's kubelet-client certificate from the cluster
+//! CA, and the agent's serving certificate verified against that CA for the node's name.
 
 use std::sync::Arc;
 
-use transport::client::HttpClient;
+use bytes::Bytes;
+use http_body_util::Empty;
+use transport::client::{NamedClient, Names};
 use transport::tls::{ServerAuth, TlsError};
 
 use crate::pki::Pki;
@@ -21,12 +22,21 @@ pub(crate) enum AgentTlsError {
     Tls(#[from] TlsError),
 }
 
-/// The pooled client for agents: the kubelet-client certificate of `pki`, any server certificate.
-pub(super) fn agent_client(
-    pki: Option<&Pki>,
-) -> Result<HttpClient<http_body_util::Empty<bytes::Bytes>>, AgentTlsError> {
-    let pki = pki.ok_or(AgentTlsError::NoClusterCa)?;
-    let (cert, key) = pki.kubelet_client()?;
-    let cfg = transport::tls::client_config(ServerAuth::Unverified, Some((&cert, &key)))?;
-    Ok(transport::client::http_client(Some(Arc::new(cfg)))?)
+/// The pooled client for agents and its table of node names to the addresses they report.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentClient {
+    pub(super) client: NamedClient<Empty<Bytes>>,
+    pub(super) names: Names,
+}
+
+impl AgentClient {
+    /// The client with the kubelet-client certificate of `pki`, trusting only its CA.
+    pub(super) fn new(pki: Option<&Pki>) -> Result<Self, AgentTlsError> {
+        let pki = pki.ok_or(AgentTlsError::NoClusterCa)?;
+        let (cert, key) = pki.kubelet_client()?;
+        let cfg = transport::tls::client_config(ServerAuth::Ca(&pki.ca_pem), Some((&cert, &key)))?;
+        let names = Names::default();
+        let client = transport::client::named_client(Arc::new(cfg), names.clone())?;
+        Ok(Self { client, names })
+    }
 }

@@ -139,7 +139,12 @@ impl Api {
         crate::api::authz::escalation::check(&self.authz, res, &obj)?;
         let name = name_of(&obj).to_string();
         if res.group == "certificates.k8s.io" && res.plural == "certificatesigningrequests" {
-            admission::admit_csr(self.pki.as_deref(), &mut obj, caller);
+            // A node's serving CSR is approved against the addresses its Node reports.
+            let node = match admission::serving_node(&obj, caller) {
+                Some(n) => self.read_node(&n).await,
+                None => None,
+            };
+            admission::admit_csr(self.pki.as_deref(), &mut obj, caller, node.as_ref());
         }
         if q.dry_run() {
             return Ok((201, obj));

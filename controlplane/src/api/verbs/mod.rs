@@ -1,10 +1,11 @@
 //! The verbs on objects, one operation per file: get (`read`), list ([`list`]), create, update and
-//! replace, patch (merge, JSON, strategic, apply), pod binding, scale, delete, eviction,
+//! replace, patch (merge, JSON, strategic, apply), CSR approval, pod binding, scale, delete, eviction,
 //! service-account tokens and watch, and the field ownership they record ([`fieldmanager`]).
 //! Objects are stored as JSON without `resourceVersion` ([`crate::api::object::stored`]); it is
 //! set from the store revision on every read. Here: what the verbs share (reading and writing one
 //! key at a revision, field validation, the request's field manager).
 
+mod approval;
 mod bind;
 mod bootstrap_tokens;
 mod components;

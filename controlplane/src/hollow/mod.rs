@@ -12,7 +12,8 @@
 //! off the machine. The endpoint answers the Summary API (`GET /stats/summary`, what the metrics
 //! API scrapes) and everything else (logs, exec) with a clear error. The process raises its soft
 //! open-files limit to the hard one: every node holds a listener, and the API server keeps a
-//! connection to each node it scrapes.
+//! connection to each node it scrapes. The endpoints serve certificates the cluster issues for
+//! the nodes' names ([`certs`]), as the API server verifies them.
 //!
 //! Usage is simulated, as kubemark's hollow kubelets do: a Running pod's containers use nothing
 //! unless the pod carries the annotation `hollow.nodeos.dev/usage` (a test knob, only read by
@@ -37,6 +38,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
+
+mod certs;
 
 use crate::api::metrics::summary::{self, ContainerUsage, PodRef};
 
@@ -601,7 +604,7 @@ async fn kubelet_listeners(count: usize) -> std::io::Result<(Vec<tokio::net::Tcp
     Ok((listeners, ports))
 }
 
-/// Serves node `i`'s kubelet endpoint on `listener` (one self-signed certificate for all).
+/// Serves node `i`'s kubelet endpoint on `listener` (with the certificates of [`certs`]).
 fn serve_kubelet(
     fleet: Arc<Fleet>,
     i: usize,
@@ -630,18 +633,6 @@ fn serve_kubelet(
     });
 }
 
-/// The kubelet endpoints' TLS configuration: a self-signed certificate (the API server does
-/// not verify the kubelet's, as without `--kubelet-certificate-authority`).
-fn kubelet_tls() -> std::io::Result<Arc<rustls::ServerConfig>> {
-    let key = rcgen::KeyPair::generate().map_err(std::io::Error::other)?;
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .and_then(|p| p.self_signed(&key))
-        .map_err(std::io::Error::other)?;
-    let tls = transport::tls::server_config(&cert.pem(), &key.serialize_pem(), None)
-        .map_err(std::io::Error::other)?;
-    Ok(Arc::new(tls))
-}
-
 /// Runs the hollow nodes until the process is killed.
 pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     if args.count > 65_536 {
@@ -651,7 +642,8 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     let taints = parse_taints(&args.taints)?;
     crate::rlimit::raise_open_files_limit();
     let client = transport::kubeapi::from_kubeconfig(&args.kubeconfig, USER_AGENT).await?;
-    let tls = kubelet_tls()?;
+    let certs = Arc::new(certs::ServingCerts::self_signed()?);
+    let tls = Arc::new(transport::tls::server_config_with(certs.clone(), None)?);
     let (listeners, kubelet_ports) = kubelet_listeners(args.count).await?;
     let names = (0..args.count)
         .map(|i| format!("{}-{i}", args.name_prefix))
@@ -690,6 +682,12 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     }
     for t in tasks {
         let _ = t.await;
+    }
+    if let Err(e) = certs::obtain(&client, &fleet.names, &certs).await {
+        tracing::warn!(error = %e, "no serving certificates: the API server will not reach these nodes' endpoints");
+        eprintln!(
+            "hollow-nodes: no serving certificates ({e}); logs, exec and metrics will not reach these nodes"
+        );
     }
     println!(
         "hollow-nodes: {} nodes registered ({}-0..)",
