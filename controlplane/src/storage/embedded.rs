@@ -174,10 +174,15 @@ fn event_bytes(e: &Event) -> usize {
 impl EmbeddedStore {
     /// Opens (or creates) the store in `cfg.dir`, recovering from the snapshot and the log.
     pub fn open(cfg: EmbeddedConfig) -> Result<Self> {
-        std::fs::create_dir_all(&cfg.dir).map_err(|source| StoreError::Io {
+        let dir_err = |source| StoreError::Io {
             path: cfg.dir.display().to_string(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&cfg.dir).map_err(dir_err)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&cfg.dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
+        }
         let snap_path = cfg.dir.join(SNAPSHOT);
         let log_path = cfg.dir.join(LOG);
         let mut state = State::default();
@@ -204,6 +209,16 @@ impl EmbeddedStore {
         }
         let log = wal::read_file(&log_path)?;
         let (recs, valid) = wal::decode_all(&log);
+        if let Some(next) = wal::valid_record_after(&log, valid) {
+            // Not a torn tail: acknowledged records follow the damage. Keep the file.
+            return Err(StoreError::Corrupt {
+                path: log_path.display().to_string(),
+                reason: format!(
+                    "the record at byte {valid} is damaged but valid records follow (at byte {next}); \
+                     refusing to drop acknowledged writes (the file is left as it is)"
+                ),
+            });
+        }
         if valid < log.len() {
             tracing::warn!(path = %log_path.display(), dropped_bytes = log.len() - valid, "dropping the log's unacknowledged torn tail");
         }
@@ -645,6 +660,7 @@ impl Store for EmbeddedStore {
 
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {
         Box::pin(async move {
+            super::check_size(&w)?;
             let (reply, rx) = oneshot::channel();
             {
                 let tx = self.tx.lock().map_err(|_| StoreError::Closed)?;
@@ -847,6 +863,62 @@ mod tests {
         drop(s);
         let s = open_default(dir.path())?;
         assert_eq!(s.list("/", None, 0).await?.items.len(), 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_before_acknowledged_ones_stops_the_store_and_keeps_the_file() -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tmp()?;
+        {
+            let s = open_default(dir.path())?;
+            for (k, v) in [("/a", "1"), ("/b", "2"), ("/c", "3")] {
+                s.write(put(k, v)).await?;
+            }
+        }
+        let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777).ok();
+        assert_eq!(mode(dir.path()), Some(0o700));
+        assert_eq!(mode(&dir.path().join(LOG)), Some(0o600));
+        let log = dir.path().join(LOG);
+        let io = |e| StoreError::Io {
+            path: "log".into(),
+            source: e,
+        };
+        let mut data = std::fs::read(&log).map_err(io)?;
+        let first_len = u32::from_le_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        // Flip a byte inside the second record's payload.
+        data[8 + first_len + 8 + 3] ^= 0xff;
+        std::fs::write(&log, &data).map_err(io)?;
+        let err = open_default(dir.path()).expect_err("mid-log damage");
+        let text = err.to_string();
+        assert!(
+            matches!(err, StoreError::Corrupt { .. }) && text.contains("valid records follow"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&log).map_err(io)?,
+            data,
+            "the file is kept as it was"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn values_over_the_etcd_limit_are_refused_before_they_are_written() -> Result<()> {
+        let dir = tmp()?;
+        let s = open_default(dir.path())?;
+        let big = "x".repeat(super::super::MAX_VALUE + 1);
+        let err = s.write(put("/big", &big)).await.expect_err("too large");
+        assert_eq!(err.to_string(), "etcdserver: request is too large");
+        assert_eq!(s.revision().await?, 0);
+        let fits = "x".repeat(super::super::MAX_VALUE);
+        s.write(put("/fits", &fits)).await?;
+        drop(s);
+        let s = open_default(dir.path())?;
+        assert_eq!(
+            s.get("/fits").await?.map(|kv| kv.value.len()),
+            Some(super::super::MAX_VALUE)
+        );
         Ok(())
     }
 

@@ -318,6 +318,7 @@ impl Store for EtcdStore {
 
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {
         Box::pin(async move {
+            super::check_size(&w)?;
             match w {
                 Write::Create { key, value } => {
                     let compare = json!({ "key": b64(key.as_bytes()), "target": "CREATE", "result": "EQUAL", "create_revision": "0" });

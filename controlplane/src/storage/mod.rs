@@ -69,6 +69,28 @@ pub enum StoreError {
     Corrupt { path: String, reason: String },
     #[error("the store is shut down")]
     Closed,
+    /// A value over [`MAX_VALUE`]: refused before anything is written (etcd's text).
+    #[error("etcdserver: request is too large")]
+    TooLarge { key: String, size: usize },
+}
+
+/// The largest value one write may store: etcd's default request limit (1.5 MiB), enforced by
+/// every backend before the write is made, so no path (create, update, patch, status, apply)
+/// stores an object a real etcd would refuse, and the embedded log never holds a record it
+/// could not read back.
+pub const MAX_VALUE: usize = 1_572_864;
+
+/// Refuses a write whose value is over [`MAX_VALUE`].
+pub fn check_size(w: &Write) -> Result<()> {
+    match w {
+        Write::Create { key, value } | Write::Update { key, value, .. } if value.len() > MAX_VALUE => {
+            Err(StoreError::TooLarge {
+                key: key.clone(),
+                size: value.len(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Result alias for the store.

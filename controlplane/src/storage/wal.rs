@@ -3,11 +3,14 @@
 //!
 //! Payload: `op: u8` (1 put, 2 delete, 3 snapshot header), `revision: i64`, `create_revision: i64`,
 //! `key_len: u32`, key, `value_len: u32`, value (all little-endian). A record is acknowledged only
-//! after the log is fsynced, so a short or corrupt record can only be the unacknowledged tail of
-//! the log; recovery stops there and truncates it.
+//! after the log is fsynced, so a short or corrupt record at the end can only be the
+//! unacknowledged tail of the log; recovery stops there and truncates it. A bad record with valid
+//! records after it is damage to acknowledged data ([`valid_record_after`]): the store refuses to
+//! start and keeps the file. Files are created with mode 0600.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::{Result, StoreError};
@@ -83,24 +86,33 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
     })
 }
 
+/// Decodes the record at `pos` of `data`: the record and where it ends.
+fn record_at(data: &[u8], pos: usize) -> Option<(Record, usize)> {
+    let header = data.get(pos..pos.checked_add(8)?)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_RECORD {
+        return None;
+    }
+    let end = pos + 8 + len as usize;
+    let payload = data.get(pos + 8..end)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    Some((decode_payload(payload)?, end))
+}
+
+/// The offset of the first valid record that starts after `from` (a torn tail has none: its
+/// bytes are a partial record, zeros or nothing).
+pub fn valid_record_after(data: &[u8], from: usize) -> Option<usize> {
+    (from + 1..data.len().saturating_sub(8)).find(|&pos| record_at(data, pos).is_some())
+}
+
 /// Decodes records from `data`; returns them and the length of the valid prefix.
 pub fn decode_all(data: &[u8]) -> (Vec<Record>, usize) {
     let mut out = Vec::new();
     let mut pos = 0;
-    while pos + 8 <= data.len() {
-        let len = u32::from_le_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]);
-        let crc = u32::from_le_bytes([data[pos + 4], data[pos + 5], data[pos + 6], data[pos + 7]]);
-        if len > MAX_RECORD {
-            break;
-        }
-        let end = pos + 8 + len as usize;
-        let Some(payload) = data.get(pos + 8..end) else {
-            break;
-        };
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        let Some(rec) = decode_payload(payload) else { break };
+    while let Some((rec, end)) = record_at(data, pos) {
         out.push(rec);
         pos = end;
     }
@@ -136,7 +148,13 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     {
-        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
         f.write_all(data).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
@@ -149,11 +167,16 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 
 /// Opens the log for appending, truncated to `valid_len` (dropping an unacknowledged torn tail).
 pub fn open_log(path: &Path, valid_len: u64) -> Result<File> {
+    let created = !path.exists();
     let f = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)
         .map_err(io(path))?;
+    if created && let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
     if f.metadata().map_err(io(path))?.len() != valid_len {
         f.set_len(valid_len).map_err(io(path))?;
         f.sync_all().map_err(io(path))?;

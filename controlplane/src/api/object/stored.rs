@@ -19,6 +19,12 @@ pub(crate) fn store_err(e: StoreError) -> ApiError {
         StoreError::Compacted { requested, compacted } => {
             ApiError::gone(format!("too old resource version: {requested} ({compacted})"))
         }
+        e @ StoreError::TooLarge { .. } => ApiError {
+            code: 413,
+            reason: "RequestEntityTooLarge",
+            message: e.to_string(),
+            details: None,
+        },
         other => ApiError::internal(other.to_string()),
     }
 }

@@ -22,17 +22,57 @@ use serde_json::Value;
 
 use super::PatchError;
 
+/// Most operations in one JSON patch (upstream's `maxJSONPatchOperations`).
+pub const MAX_OPERATIONS: usize = 10_000;
+/// Most bytes all `copy` operations of one patch may add (the request body limit: a patch may
+/// not grow a document by more than it could have sent).
+pub const MAX_COPY_BYTES: usize = crate::api::request::body::MAX_BODY;
+
 /// Applies the JSON patch `ops` to `doc`. On an error `doc` is left part-patched: callers patch
-/// a copy.
+/// a copy. At most [`MAX_OPERATIONS`] operations and [`MAX_COPY_BYTES`] copied, so a small
+/// patch of doubling copies cannot exhaust memory.
 pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), PatchError> {
     let ops = ops.as_array().ok_or(PatchError::NotAnArray)?;
+    if ops.len() > MAX_OPERATIONS {
+        return Err(PatchError::TooManyOperations {
+            limit: MAX_OPERATIONS,
+            got: ops.len(),
+        });
+    }
+    let mut copied = 0usize;
     for op in ops {
         let op = operation(doc, op)?;
+        if let PatchOperation::Copy(c) = &op {
+            copied = copied.saturating_add(doc.pointer(c.from.as_str()).map_or(0, encoded_len));
+            if copied > MAX_COPY_BYTES {
+                return Err(PatchError::CopyTooLarge {
+                    size: copied,
+                    limit: MAX_COPY_BYTES,
+                });
+            }
+        }
         if let Err(e) = json_patch::patch_unsafe(doc, std::slice::from_ref(&op)) {
             return Err(explain(doc, &op, &e.kind));
         }
     }
     Ok(())
+}
+
+/// The length of `v` as compact JSON (what a copy of it adds to the document).
+fn encoded_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// One operation, checked in the order the API always checked it (a `replace` looks at its
@@ -208,6 +248,37 @@ mod tests {
     }
 
     /// The texts the API answers for patches that do not apply (kubectl prints them).
+    #[test]
+    fn patch_bombs_are_refused_within_their_limits() {
+        // 40 doubling copies of 1 KiB would make a terabyte; the limit stops it at 3 MiB.
+        let mut ops = vec![json!({"op": "add", "path": "/a", "value": ["x".repeat(1024)]})];
+        for _ in 0..40 {
+            ops.push(json!({"op": "copy", "from": "/a", "path": "/b"}));
+            ops.push(json!({"op": "move", "from": "/b", "path": "/a/-"}));
+        }
+        let mut d = json!({});
+        let err = json_patch(&mut d, &Value::Array(ops)).expect_err("bomb");
+        assert!(
+            matches!(err, PatchError::CopyTooLarge { size, limit } if size > limit && limit == MAX_COPY_BYTES),
+            "{err}"
+        );
+        assert!(encoded_len(&d) < 2 * MAX_COPY_BYTES, "stopped within the limit");
+        let many = Value::Array(vec![
+            json!({"op": "test", "path": "", "value": {}});
+            MAX_OPERATIONS + 1
+        ]);
+        assert_eq!(
+            json_patch(&mut json!({}), &many).map_err(|e| e.to_string()),
+            Err("The allowed maximum operations in a JSON patch is 10000, got 10001".into())
+        );
+        let ok = Value::Array(vec![
+            json!({"op": "test", "path": "/a", "value": 1});
+            MAX_OPERATIONS
+        ]);
+        assert!(json_patch(&mut json!({"a": 1}), &ok).is_ok());
+        assert_eq!(encoded_len(&json!({"a": [1, "b"]})), r#"{"a":[1,"b"]}"#.len());
+    }
+
     #[test]
     fn json_patch_error_texts() {
         let doc = json!({"a": 1, "list": [1], "obj": {"k": {"x": 1}}, "arr": [{"x": 1}, {"y": 2}]});

@@ -68,6 +68,15 @@ pub enum PatchError {
     /// A strategic merge patch item of a keyed list without its key.
     #[error("strategic merge patch: list element without merge key {0:?}")]
     NoMergeKey(String),
+    /// More operations than [`json::MAX_OPERATIONS`] (upstream's text and limit).
+    #[error("The allowed maximum operations in a JSON patch is {limit}, got {got}")]
+    TooManyOperations { limit: usize, got: usize },
+    /// `copy` operations that would grow the document past [`json::MAX_COPY_BYTES`] (the
+    /// CVE-2019-1002100 fix; json-patch's text).
+    #[error(
+        "Unable to complete the copy, the accumulated size increase of copy is {size}, exceeding the limit {limit}"
+    )]
+    CopyTooLarge { size: usize, limit: usize },
 }
 
 impl From<PatchError> for ApiError {
@@ -76,6 +85,12 @@ impl From<PatchError> for ApiError {
     fn from(e: PatchError) -> Self {
         match e {
             PatchError::NoMergeKey(_) => ApiError::bad_request(e.to_string()),
+            PatchError::TooManyOperations { .. } | PatchError::CopyTooLarge { .. } => ApiError {
+                code: 413,
+                reason: "RequestEntityTooLarge",
+                message: e.to_string(),
+                details: None,
+            },
             _ => ApiError {
                 code: 422,
                 reason: "Invalid",

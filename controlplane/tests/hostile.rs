@@ -1,0 +1,62 @@
+//! Hostile input through the real kubectl (issue 13, item 3): a JSON patch bomb and an object
+//! over etcd's 1.5 MiB limit are refused with a 4xx and change nothing, on whichever store the
+//! suite runs on.
+
+use std::path::Path;
+
+use controlplane::process::TestCluster;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_controlplane"))
+}
+
+#[test]
+fn patch_bombs_and_oversized_objects_are_refused_and_change_nothing() {
+    let c = TestCluster::start(bin(), &["--no-scheduler", "--no-controllers"], &[]);
+    c.kubectl(&["create", "configmap", "cm", "--from-literal=a=1"]);
+    let rv = c.jsonpath(&["cm", "cm"], "{.metadata.resourceVersion}");
+
+    // Doubling copies: 24 of them would turn 1 KiB into 16 GiB.
+    let mut ops = vec![format!(
+        r#"{{"op":"add","path":"/data/seed","value":"{}"}}"#,
+        "x".repeat(1024)
+    )];
+    ops.push(r#"{"op":"add","path":"/metadata/annotations","value":{"a":"x"}}"#.into());
+    for i in 0..24 {
+        ops.push(format!(
+            r#"{{"op":"copy","from":"/metadata/annotations","path":"/metadata/annotations/b{i}"}}"#
+        ));
+    }
+    let bomb = format!("[{}]", ops.join(","));
+    let (ok, _, err) = c.kubectl_result(&["patch", "cm", "cm", "--type=json", "-p", &bomb], None);
+    assert!(!ok);
+    assert!(
+        err.contains("Unable to complete the copy, the accumulated size increase of copy is")
+            && err.contains("exceeding the limit 3145728"),
+        "{err}"
+    );
+    assert_eq!(c.jsonpath(&["cm", "cm"], "{.metadata.resourceVersion}"), rv);
+
+    // 1.6 MB fits the request limit (3 MiB) but not the store's: refused before it is written.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big");
+    std::fs::write(&big, "y".repeat(1_600_000)).expect("write");
+    let from_file = format!("--from-file={}", big.display());
+    let (ok, _, err) = c.kubectl_result(&["create", "configmap", "big", &from_file], None);
+    assert!(!ok);
+    assert!(err.contains("etcdserver: request is too large"), "{err}");
+    let (found, _, _) = c.kubectl_result(&["get", "cm", "big"], None);
+    assert!(!found, "nothing was created");
+    // The same growth through a patch of an existing object is refused too.
+    let grow = format!(
+        r#"[{{"op":"add","path":"/data/big","value":"{}"}}]"#,
+        "z".repeat(1_600_000)
+    );
+    let patch_file = dir.path().join("grow.json");
+    std::fs::write(&patch_file, grow).expect("write");
+    let patch_arg = format!("--patch-file={}", patch_file.display());
+    let (ok, _, err) = c.kubectl_result(&["patch", "cm", "cm", "--type=json", &patch_arg], None);
+    assert!(!ok);
+    assert!(err.contains("etcdserver: request is too large"), "{err}");
+    assert_eq!(c.jsonpath(&["cm", "cm"], "{.metadata.resourceVersion}"), rv);
+}
