@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod audit;
 pub mod controllers;
 pub mod cron;
 pub mod events;

@@ -63,6 +63,40 @@ struct ServeArgs {
     scheduling: SchedulingArgs,
     #[command(flatten)]
     tunables: ControllerTunables,
+    #[command(flatten)]
+    audit: AuditArgs,
+}
+
+/// kube-apiserver's audit log flags (no policy file: nothing is audited).
+#[derive(Debug, Clone, clap::Args)]
+struct AuditArgs {
+    /// An `audit.k8s.io/v1` Policy (YAML or JSON) deciding what is recorded.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Where audit events go, one JSON object per line (required with a policy).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Rotate the log at this many megabytes (0: never).
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize: u64,
+    /// Rotated files kept.
+    #[arg(long, default_value_t = 10)]
+    audit_log_maxbackup: usize,
+}
+
+impl AuditArgs {
+    fn start(&self) -> anyhow::Result<Option<controlplane::audit::Auditor>> {
+        match (&self.audit_policy_file, &self.audit_log_path) {
+            (None, _) => Ok(None),
+            (Some(_), None) => anyhow::bail!("--audit-policy-file needs --audit-log-path"),
+            (Some(policy), Some(log)) => Ok(Some(controlplane::audit::Auditor::start(
+                policy,
+                log,
+                self.audit_log_maxsize,
+                self.audit_log_maxbackup,
+            )?)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -305,6 +339,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sans.push(args.listen.ip().to_string());
     }
     let data_dir = &args.data_dir;
+    // Bad audit flags stop the start, before anything is served unaudited.
+    let audit = args.audit.start()?;
     let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
     let store: Arc<dyn controlplane::storage::Store> = match &args.etcd {
         Some(url) => Arc::new(controlplane::storage::etcd::EtcdStore::new(url).context("--etcd")?),
@@ -362,5 +398,5 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "controlplane: serving on https://{addr} (kubeconfig {})",
         kubeconfig.display()
     );
-    match server::serve(api, listener, server::tls_config(&pki)?, tokens).await {}
+    match server::serve(api, listener, server::tls_config(&pki)?, tokens, audit).await {}
 }

@@ -1,7 +1,7 @@
 //! The API server's HTTPS front: the shared server loop of `transport::server` (TLS 1.2/1.3,
 //! timeouts, connection cap) with client certificates verified against the cluster CA, bearer
 //! tokens (static tokens, service-account JWTs, then bootstrap-token Secrets), and each request handed to [`Api::handle`]
-//! (or [`Api::upgrade`] for streams).
+//! (or [`Api::upgrade`] for streams), audited when an audit policy is set ([`crate::audit`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -13,6 +13,7 @@ use transport::server::{Limits, Peer};
 use transport::tls::TlsError;
 
 use crate::api::{Api, Body, Caller, collect_body, error_response};
+use crate::audit::{self, Auditor, Level};
 use crate::pki::Pki;
 
 /// Bearer tokens: token → caller.
@@ -24,11 +25,18 @@ pub fn tls_config(pki: &Pki) -> Result<rustls::ServerConfig, TlsError> {
     transport::tls::server_config(&pki.server_cert_pem, &pki.server_key_pem, Some(&pki.ca_pem))
 }
 
-/// Serves `api` on `listener` for ever.
-pub async fn serve(api: Api, listener: TcpListener, tls: rustls::ServerConfig, tokens: Tokens) -> Infallible {
+/// Serves `api` on `listener` for ever, recording requests with `audit` when given.
+pub async fn serve(
+    api: Api,
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    tokens: Tokens,
+    audit: Option<Auditor>,
+) -> Infallible {
     let tokens = Arc::new(tokens);
+    let audit = audit.map(Arc::new);
     transport::server::serve(listener, Arc::new(tls), Limits::default(), move |peer, req| {
-        handle(api.clone(), tokens.clone(), peer, req)
+        handle(api.clone(), tokens.clone(), audit.clone(), peer, req)
     })
     .await
 }
@@ -36,6 +44,7 @@ pub async fn serve(api: Api, listener: TcpListener, tls: rustls::ServerConfig, t
 async fn handle(
     api: Api,
     tokens: Arc<Tokens>,
+    audit: Option<Arc<Auditor>>,
     peer: Arc<Peer>,
     req: hyper::Request<Incoming>,
 ) -> hyper::Response<Body> {
@@ -46,17 +55,159 @@ async fn handle(
         }),
         None => bearer_caller(&api, &tokens, &req).await,
     };
+    let audited = audit.and_then(|a| Audited::begin(a, caller.as_ref(), &peer, &req));
     // Streaming upgrades (exec) keep the raw request; everything else is read whole.
     if req.headers().contains_key(hyper::header::UPGRADE) {
-        return api.upgrade(caller.as_ref(), req).await;
+        let resp = api.upgrade(caller.as_ref(), req).await;
+        if let Some(a) = audited {
+            a.finish("ResponseStarted", resp.status().as_u16(), None, None)
+                .await;
+        }
+        return resp;
     }
     let (parts, body) = req.into_parts();
-    match collect_body(body).await {
-        Ok(bytes) => {
-            api.handle(caller.as_ref(), hyper::Request::from_parts(parts, bytes))
-                .await
+    let bytes = match collect_body(body).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let Some(a) = audited else {
+        return api
+            .handle(caller.as_ref(), hyper::Request::from_parts(parts, bytes))
+            .await;
+    };
+    let mut a = a;
+    let decoded = (a.level >= Level::Request || a.info.verb == "create")
+        .then(|| object_of(parts.headers.get(hyper::header::CONTENT_TYPE), &bytes))
+        .flatten();
+    // A create names its object in the body: the event's objectRef gets the name from there.
+    if a.record.info.name.is_empty()
+        && let Some(name) = decoded.as_ref().and_then(|o| o["metadata"]["name"].as_str())
+    {
+        a.record.info.name = name.to_string();
+    }
+    let request_body = decoded.filter(|_| a.level >= Level::Request);
+    let resp = api
+        .handle(caller.as_ref(), hyper::Request::from_parts(parts, bytes))
+        .await;
+    let streaming = a.info.verb == "watch"
+        || matches!(
+            a.info.subresource.as_str(),
+            "log" | "exec" | "attach" | "portforward" | "proxy"
+        );
+    if streaming || a.level < Level::RequestResponse {
+        let stage = if streaming {
+            "ResponseStarted"
+        } else {
+            "ResponseComplete"
+        };
+        a.finish(stage, resp.status().as_u16(), request_body, None).await;
+        return resp;
+    }
+    // RequestResponse: the whole answer is read to record it, then sent as read.
+    let (parts, body) = resp.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    let response_body = object_of(parts.headers.get(hyper::header::CONTENT_TYPE), &bytes);
+    a.finish(
+        "ResponseComplete",
+        parts.status.as_u16(),
+        request_body,
+        response_body,
+    )
+    .await;
+    hyper::Response::from_parts(parts, crate::api::full(bytes))
+}
+
+/// A JSON or Kubernetes-protobuf body as an object (other bodies are not recorded).
+fn object_of(ct: Option<&hyper::header::HeaderValue>, bytes: &bytes::Bytes) -> Option<serde_json::Value> {
+    let ct = ct.and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    crate::api::request::body::parse_object_body(ct, bytes).ok()
+}
+
+/// A request being audited: its policy decision and what was known when it arrived.
+struct Audited {
+    auditor: Arc<Auditor>,
+    level: Level,
+    omit: Vec<String>,
+    info: crate::api::authz::RequestInfo,
+    record: audit::Record,
+}
+
+impl Audited {
+    /// The audit of `req`, or None when the policy's level for it is None.
+    fn begin(
+        auditor: Arc<Auditor>,
+        caller: Option<&Caller>,
+        peer: &Peer,
+        req: &hyper::Request<Incoming>,
+    ) -> Option<Self> {
+        let (user, groups) = caller.map_or_else(
+            || {
+                (
+                    "system:anonymous".to_string(),
+                    vec!["system:unauthenticated".to_string()],
+                )
+            },
+            |c| (c.user.clone(), c.groups.clone()),
+        );
+        let query = crate::api::request::Query::parse(req.uri().query());
+        let info = crate::api::authz::RequestInfo::of(req.method(), req.uri().path(), &query);
+        let (level, omit) = auditor.decide(&user, &groups, &info);
+        if level == Level::None {
+            return None;
         }
-        Err(e) => error_response(&e),
+        let header = |h: &str| {
+            req.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let record = audit::Record {
+            level,
+            stage: "ResponseComplete",
+            audit_id: header("Audit-ID").unwrap_or_else(audit::new_id),
+            request_uri: req
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
+            info: info.clone(),
+            user,
+            groups,
+            impersonated: header("Impersonate-User"),
+            source_ip: peer.addr.ip().to_string(),
+            user_agent: header("User-Agent").unwrap_or_default(),
+            received: std::time::SystemTime::now(),
+            code: 0,
+            request_body: None,
+            response_body: None,
+        };
+        Some(Self {
+            auditor,
+            level,
+            omit,
+            info,
+            record,
+        })
+    }
+
+    async fn finish(
+        self,
+        stage: &'static str,
+        code: u16,
+        request_body: Option<serde_json::Value>,
+        response_body: Option<serde_json::Value>,
+    ) {
+        let record = audit::Record {
+            stage,
+            code,
+            request_body,
+            response_body,
+            ..self.record
+        };
+        self.auditor.record(record, &self.omit).await;
     }
 }
 

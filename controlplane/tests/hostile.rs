@@ -60,3 +60,20 @@ fn patch_bombs_and_oversized_objects_are_refused_and_change_nothing() {
     assert!(err.contains("etcdserver: request is too large"), "{err}");
     assert_eq!(c.jsonpath(&["cm", "cm"], "{.metadata.resourceVersion}"), rv);
 }
+
+/// 2,000 connections that never send a byte do not keep a normal client out: they wait in their
+/// handshake (dropped after 10 s) while kubectl gets its answers.
+#[test]
+fn idle_connections_do_not_stop_a_normal_client() {
+    controlplane::rlimit::raise_open_files_limit();
+    let c = TestCluster::start(bin(), &["--no-scheduler", "--no-controllers"], &[]);
+    let addr = c.server.as_ref().expect("server").addr();
+    let idle: Vec<std::net::TcpStream> = (0..2000)
+        .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    // A client that would have to wait out the idle connections' 10 s handshake timeout fails
+    // its own 5 s request timeout.
+    let (ok, out, err) = c.kubectl_result(&["get", "namespaces", "-o", "name", "--request-timeout=5s"], None);
+    assert!(ok && out.contains("namespace/default"), "{out}{err}");
+    drop(idle);
+}

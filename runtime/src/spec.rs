@@ -27,10 +27,12 @@ pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
-/// containerd's masked and read-only paths.
+/// containerd's masked and read-only paths, and `/proc/cmdline`: the node's kernel command line
+/// may carry a join token, and no pod needs it.
 pub const MASKED_PATHS: &[&str] = &[
     "/proc/acpi",
     "/proc/asound",
+    "/proc/cmdline",
     "/proc/kcore",
     "/proc/keys",
     "/proc/latency_stats",

@@ -6,8 +6,11 @@
 //!
 //! Hostile input is refused, never "sanitised": absolute paths, `..` components, entries reached
 //! through a symlink (the classic symlink escape), hard links that leave the layer, device nodes
-//! and unsupported entry types. The caller extracts into a fresh private directory and renames it
-//! into place only on success, so a rejected layer leaves nothing behind.
+//! and unsupported entry types, whiteouts of `.`, `..`, nothing or another whiteout (`.wh..`,
+//! `.wh...`, `.wh..wh.plnk`: AUFS metadata, never valid in OCI layers), and layers beyond
+//! [`Limits`] (decompressed bytes, so a gzip bomb stops at the limit; entry count; path length).
+//! The caller extracts into a fresh private directory and renames it into place only on success,
+//! so a rejected layer leaves nothing behind.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -39,6 +42,14 @@ pub enum UnpackError {
     Unsupported { path: String, kind: String },
     #[error("layer entry {path:?}: {parent:?} exists and is not a directory")]
     NotADirectory { path: String, parent: String },
+    #[error("layer entry {path:?}: not a valid whiteout (OCI whiteouts are .wh.<name> and .wh..wh..opq)")]
+    BadWhiteout { path: String },
+    #[error("layer entry {path:?}: path longer than {limit} bytes")]
+    PathTooLong { path: String, limit: usize },
+    #[error("layer has more than {0} entries")]
+    TooManyEntries(u64),
+    #[error("layer decompresses to more than {0} bytes")]
+    TooLarge(u64),
     #[error("layer is not a valid tar stream: {0}")]
     Tar(io::Error),
     #[error("layer entry {path:?}: {source}")]
@@ -84,9 +95,66 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
-/// Extracts a (possibly compressed) layer into `dest` (an existing empty directory) and returns
-/// its diff ID (`sha256:` of the uncompressed tar stream).
+/// Bounds on one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most bytes of decompressed tar stream.
+    pub max_bytes: u64,
+    /// Most tar entries.
+    pub max_entries: u64,
+    /// Longest entry path (bytes; PATH_MAX).
+    pub max_path: usize,
+}
+
+impl Default for Limits {
+    /// 16 GiB, a million entries, 4,096-byte paths: far beyond real images (the largest common
+    /// layers are a few GiB and ~100,000 files), far below what exhausts a node.
+    fn default() -> Self {
+        Self {
+            max_bytes: 16 << 30,
+            max_entries: 1_000_000,
+            max_path: 4096,
+        }
+    }
+}
+
+/// Reads at most `limit` bytes through, then fails (instead of ending the stream quietly).
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self
+            .left
+            .checked_sub(n as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::FileTooLarge, UnpackError::TooLarge(self.limit)))?;
+        Ok(n)
+    }
+}
+
+/// The [`UnpackError`] an I/O error of the stream stands for (the size bound's, or a tar error).
+fn stream_err(e: io::Error) -> UnpackError {
+    if e.kind() == io::ErrorKind::FileTooLarge
+        && let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<UnpackError>())
+        && let UnpackError::TooLarge(limit) = inner
+    {
+        return UnpackError::TooLarge(*limit);
+    }
+    UnpackError::Tar(e)
+}
+
+/// Extracts a (possibly compressed) layer into `dest` (an existing empty directory) within the
+/// default [`Limits`] and returns its diff ID (`sha256:` of the uncompressed tar stream).
 pub fn unpack_layer(input: impl Read, dest: &Path) -> Result<String, UnpackError> {
+    unpack_layer_within(input, dest, Limits::default())
+}
+
+/// [`unpack_layer`] within `limits`.
+pub fn unpack_layer_within(input: impl Read, dest: &Path, limits: Limits) -> Result<String, UnpackError> {
     let mut buffered = BufReader::with_capacity(256 * 1024, input);
     let head = buffered.fill_buf().map_err(UnpackError::Tar)?.to_vec();
     let decompressed: Box<dyn Read> = match detect(&head) {
@@ -98,18 +166,27 @@ pub fn unpack_layer(input: impl Read, dest: &Path) -> Result<String, UnpackError
         ),
     };
     let mut hashing = HashingReader {
-        inner: decompressed,
+        inner: Bounded {
+            inner: decompressed,
+            left: limits.max_bytes,
+            limit: limits.max_bytes,
+        },
         hasher: Sha256::new(),
     };
     {
         let mut archive = tar::Archive::new(&mut hashing);
-        for entry in archive.entries().map_err(UnpackError::Tar)? {
-            let entry = entry.map_err(UnpackError::Tar)?;
-            extract_entry(entry, dest)?;
+        let mut count = 0u64;
+        for entry in archive.entries().map_err(stream_err)? {
+            let entry = entry.map_err(stream_err)?;
+            count += 1;
+            if count > limits.max_entries {
+                return Err(UnpackError::TooManyEntries(limits.max_entries));
+            }
+            extract_entry(entry, dest, &limits)?;
         }
     }
     // Read the end-of-archive padding so the digest covers the whole stream.
-    io::copy(&mut hashing, &mut io::sink()).map_err(UnpackError::Tar)?;
+    io::copy(&mut hashing, &mut io::sink()).map_err(stream_err)?;
     Ok(format!(
         "sha256:{}",
         super::registry::hex(&hashing.hasher.finalize())
@@ -184,9 +261,19 @@ fn clear(path: &Path, keep_dir: bool, shown: &str) -> Result<(), UnpackError> {
     }
 }
 
-fn extract_entry<R: Read>(mut entry: tar::Entry<'_, R>, root: &Path) -> Result<(), UnpackError> {
-    let raw = entry.path().map_err(UnpackError::Tar)?.into_owned();
+fn extract_entry<R: Read>(
+    mut entry: tar::Entry<'_, R>,
+    root: &Path,
+    limits: &Limits,
+) -> Result<(), UnpackError> {
+    let raw = entry.path().map_err(stream_err)?.into_owned();
     let shown = raw.to_string_lossy().into_owned();
+    if raw.as_os_str().len() > limits.max_path {
+        return Err(UnpackError::PathTooLong {
+            path: shown.chars().take(64).collect::<String>() + "...",
+            limit: limits.max_path,
+        });
+    }
     let kind = entry.header().entry_type();
     if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
         return Ok(());
@@ -203,6 +290,9 @@ fn extract_entry<R: Read>(mut entry: tar::Entry<'_, R>, root: &Path) -> Result<(
         return sys::set_xattr(dir, c"trusted.overlay.opaque", b"y").map_err(io_err(&shown));
     }
     if let Some(hidden) = name.strip_prefix(b".wh.") {
+        if matches!(hidden, b"" | b"." | b"..") || hidden.starts_with(b".wh.") {
+            return Err(UnpackError::BadWhiteout { path: shown });
+        }
         let path = target.with_file_name(OsStr::from_bytes(hidden));
         clear(&path, false, &shown)?;
         return sys::mknod_whiteout(&path).map_err(io_err(&shown));
@@ -403,6 +493,12 @@ mod tests {
         }
         // Truncated and garbage streams.
         let good = tar_of(&[("a", 'f', &"x".repeat(2000))]);
+        // Bad whiteouts: hiding ".", "..", nothing, or AUFS metadata.
+        for bad in ["d/.wh..", "d/.wh...", "d/.wh.", "d/.wh..wh.plnk"] {
+            let (_dir, r) = unpack(&[("d/", 'd', ""), (bad, 'f', "")]);
+            let err = r.expect_err(bad);
+            assert!(matches!(err, UnpackError::BadWhiteout { .. }), "{bad}: {err}");
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         assert!(unpack_layer(&good[..700], dir.path()).is_err(), "truncated tar");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -435,5 +531,50 @@ mod tests {
             super::super::registry::sha256_digest(&good),
             "diff ID is the uncompressed digest"
         );
+    }
+
+    #[test]
+    fn bombs_and_oversized_layers_stop_at_their_limits() {
+        // A gzip bomb: 64 MiB of zeros in ~64 KiB, stopped at 1 MiB.
+        let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let header_and_zeros = tar_of(&[("zeros", 'f', "")]);
+        io::Write::write_all(&mut bomb, &header_and_zeros[..512]).expect("gz");
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            io::Write::write_all(&mut bomb, &zeros).expect("gz");
+        }
+        let bomb = bomb.finish().expect("gz");
+        assert!(bomb.len() < 256 << 10, "{}", bomb.len());
+        let small = Limits {
+            max_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = unpack_layer_within(&bomb[..], dir.path(), small).expect_err("bomb");
+        assert!(matches!(err, UnpackError::TooLarge(l) if l == 1 << 20), "{err}");
+        assert_eq!(err.to_string(), "layer decompresses to more than 1048576 bytes");
+
+        let many: Vec<(String, char, &str)> = (0..20).map(|i| (format!("f{i}"), 'f', "x")).collect();
+        let many: Vec<(&str, char, &str)> = many.iter().map(|(p, k, d)| (p.as_str(), *k, *d)).collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let few = Limits {
+            max_entries: 10,
+            ..Limits::default()
+        };
+        let err = unpack_layer_within(&tar_of(&many)[..], dir.path(), few).expect_err("entries");
+        assert!(matches!(err, UnpackError::TooManyEntries(10)), "{err}");
+
+        let deep = format!("{}/f", "d".repeat(90));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let short = Limits {
+            max_path: 64,
+            ..Limits::default()
+        };
+        let err =
+            unpack_layer_within(&tar_of(&[(&deep, 'f', "x")])[..], dir.path(), short).expect_err("path");
+        assert!(matches!(err, UnpackError::PathTooLong { limit: 64, .. }), "{err}");
+        // Within the limits the same layers unpack.
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(unpack_layer(&tar_of(&many)[..], dir.path()).is_ok());
     }
 }

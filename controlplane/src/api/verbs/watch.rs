@@ -188,11 +188,7 @@ impl Api {
             None => t.res.key_prefix(),
         };
         let rv = q.get("resourceVersion").unwrap_or_default();
-        let timeout = q
-            .get("timeoutSeconds")
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(Duration::from_secs)
-            .unwrap_or(Duration::from_secs(1800));
+        let timeout = watch_timeout(q.get("timeoutSeconds"));
         let bookmarks = q.flag("allowWatchBookmarks");
         let (tx, body) = transport::body::channel(256);
         let res = t.res;
@@ -314,5 +310,42 @@ impl Api {
             HeaderValue::from_static("no-cache, private"),
         );
         Ok(resp)
+    }
+}
+
+/// The default watch timeout (kube-apiserver's `--min-request-timeout`).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The longest watch a client may ask for: twice the default, as upstream's randomized
+/// timeouts reach (a larger `timeoutSeconds` would hold a watcher for ever and overflow the
+/// deadline arithmetic).
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long a watch runs: `timeoutSeconds` clamped to [`MAX_WATCH_TIMEOUT`]; without it (or
+/// 0, as upstream) the default.
+fn watch_timeout(asked: Option<&str>) -> Duration {
+    asked
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(WATCH_TIMEOUT, |s| Duration::from_secs(s).min(MAX_WATCH_TIMEOUT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_timeouts_are_clamped() {
+        let cases = [
+            (None, 1800),
+            (Some("5"), 5),
+            (Some("0"), 1800),
+            (Some("3600"), 3600),
+            (Some("18446744073709551615"), 3600),
+            (Some("-1"), 1800),
+            (Some("soon"), 1800),
+        ];
+        for (asked, want) in cases {
+            assert_eq!(watch_timeout(asked), Duration::from_secs(want), "{asked:?}");
+        }
     }
 }
