@@ -235,6 +235,14 @@ impl Api {
             }
         }
         if req.method() == Method::GET && matches!(segs.as_slice(), ["healthz" | "livez" | "readyz", ..]) {
+            // A store that takes no writes makes the server unready (and unhealthy), not dead.
+            if segs[0] != "livez"
+                && let Some(reason) = self.store.failure()
+            {
+                let mut resp = text_response(500, "");
+                *resp.body_mut() = full(format!("[-]etcd failed: {reason}\n{} check failed", segs[0]));
+                return resp;
+            }
             return text_response(200, "ok");
         }
         let Some(caller) = caller else {

@@ -1001,3 +1001,39 @@ mod lists;
 mod protobuf;
 mod resources;
 mod versions;
+
+/// A store that became read-only makes `/readyz` and `/healthz` fail with the reason; `/livez`
+/// stays ok (the process is alive).
+#[tokio::test]
+async fn readyz_fails_while_the_store_is_read_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(open_default(dir.path()).expect("store"));
+    let api = Api::new(store.clone(), "CA-PEM".into());
+    let get = |path: &'static str| {
+        let api = api.clone();
+        async move {
+            let req = Request::builder().uri(path).body(Bytes::new()).expect("request");
+            let resp = api.handle(None, req).await;
+            let code = resp.status().as_u16();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            (code, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(get("/readyz").await, (200, "ok".into()));
+    store.fail_for_test("log write failed: No space left on device (os error 28)");
+    assert_eq!(
+        get("/readyz").await,
+        (
+            500,
+            "[-]etcd failed: log write failed: No space left on device (os error 28)\nreadyz check failed"
+                .into()
+        )
+    );
+    assert_eq!(get("/healthz").await.0, 500);
+    assert_eq!(get("/livez").await, (200, "ok".into()));
+}

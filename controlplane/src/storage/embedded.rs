@@ -706,6 +706,23 @@ impl Store for EmbeddedStore {
     fn compacted(&self) -> BoxFuture<'_, Result<Revision>> {
         Box::pin(async move { Ok(self.read().compacted) })
     }
+
+    fn failure(&self) -> Option<String> {
+        self.read().failed.clone()
+    }
+}
+
+impl EmbeddedStore {
+    /// Puts the store in the state a failed log write leaves it in (read-only), for tests of
+    /// what depends on it.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn fail_for_test(&self, reason: &str) {
+        self.shared
+            .state
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed = Some(reason.to_string());
+    }
 }
 
 /// Opens a store for tests and tools at `dir` with default tuning.

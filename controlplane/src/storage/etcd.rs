@@ -447,6 +447,11 @@ impl Store for EtcdStore {
         // Not exposed by the gateway; watches report compaction themselves.
         Box::pin(async move { Ok(0) })
     }
+
+    /// etcd takes writes or refuses them itself; there is no local state to report.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 #[cfg(test)]

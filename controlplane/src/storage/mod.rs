@@ -211,4 +211,7 @@ pub trait Store: Send + Sync + 'static {
     fn revision(&self) -> BoxFuture<'_, Result<Revision>>;
     /// The highest compacted revision (watches must start after it).
     fn compacted(&self) -> BoxFuture<'_, Result<Revision>>;
+    /// Why the store takes no more writes (it became read-only after a failed log write), or
+    /// None while it is writable. The API server's `/readyz` reports it.
+    fn failure(&self) -> Option<String>;
 }

@@ -309,4 +309,8 @@ impl crate::storage::Store for ObservedStore {
     fn compacted(&self) -> crate::storage::BoxFuture<'_, crate::storage::Result<crate::storage::Revision>> {
         self.inner.compacted()
     }
+
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
 }
