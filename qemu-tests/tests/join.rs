@@ -60,18 +60,31 @@ fn x86_64_and_arm64_nodes_join_one_control_plane() -> Result<()> {
         "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
     ])?;
     ensure!(addr == "10.0.2.15", "{addr}");
-    // The node authenticates with its own certificate now; the CSR records who asked.
-    let csrs = cp.kubectl(&[
-        "get",
-        "csr",
-        "-o",
-        "jsonpath={range .items[*]}{.spec.username} {.status.conditions[0].type}{\"\\n\"}{end}",
-    ])?;
+    // The node authenticates with its own certificate now; the CSR records who asked. Each node
+    // then asks for its serving certificate as itself, approved for its own name.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let csrs = loop {
+        let csrs = cp.kubectl(&[
+            "get",
+            "csr",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.signerName} {.spec.username} {.status.conditions[0].type}{\"\\n\"}{end}",
+        ])?;
+        // The serving CSRs follow registration by a moment.
+        if csrs.lines().count() >= 4 || std::time::Instant::now() > deadline {
+            break csrs;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let mut lines: Vec<&str> = csrs.lines().collect();
+    lines.sort();
     ensure!(
-        csrs.lines().count() == 2
-            && csrs
-                .lines()
-                .all(|l| l.starts_with("system:bootstrap:") && l.ends_with(" Approved")),
+        lines.len() == 4
+            && lines[..2].iter().all(|l| l
+                .starts_with("kubernetes.io/kube-apiserver-client-kubelet system:bootstrap:")
+                && l.ends_with(" Approved"))
+            && lines[2] == "kubernetes.io/kubelet-serving system:node:node-amd64 Approved"
+            && lines[3] == "kubernetes.io/kubelet-serving system:node:node-arm64 Approved",
         "{csrs}"
     );
     // Leases are renewed every 10 s.
