@@ -81,18 +81,7 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
     ) {
         return Ok(Identity { cert_pem, key_pem });
     }
-    let key = rcgen::KeyPair::generate().map_err(JoinError::Csr)?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(JoinError::Csr)?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let csr_pem = params
-        .serialize_request(&key)
-        .and_then(|csr| csr.pem())
-        .map_err(JoinError::Csr)?;
+    let (key, csr_pem) = node_csr(node, &[]).map_err(JoinError::Csr)?;
     let client = transport::kubeapi::client(
         &cp.server,
         &cp.ca_pem,
@@ -110,6 +99,21 @@ pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Iden
         cert_pem,
         key_pem: key.serialize_pem(),
     })
+}
+
+/// A new key and a CSR (PEM) for `CN=system:node:<node>, O=system:nodes` with `names` (DNS
+/// names and IP addresses) as SANs: what a node sends for its client and serving certificates.
+pub fn node_csr(node: &str, names: &[String]) -> Result<(rcgen::KeyPair, String), rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let pem = params.serialize_request(&key)?.pem()?;
+    Ok((key, pem))
 }
 
 /// How long joining waits for its client certificate.

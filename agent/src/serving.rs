@@ -101,18 +101,7 @@ async fn request(
     cert_path: &Path,
     key_path: &Path,
 ) -> Result<(), JoinError> {
-    let key = rcgen::KeyPair::generate().map_err(JoinError::Csr)?;
-    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(JoinError::Csr)?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let csr_pem = params
-        .serialize_request(&key)
-        .and_then(|csr| csr.pem())
-        .map_err(JoinError::Csr)?;
+    let (key, csr_pem) = crate::node::node_csr(node, names).map_err(JoinError::Csr)?;
     let usages = &["digital signature", "key encipherment", "server auth"];
     let name = submit_csr(client, &format!("csr-serving-{node}-"), &csr_pem, SIGNER, usages).await?;
     tracing::info!(node = %node, csr = %name, "serving certificate requested");

@@ -24,17 +24,10 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_controlplane"))
 }
 
-/// A key and a CSR (PEM) for `CN=system:node:<node>, O=system:nodes` with `names` as SANs.
+/// A key and a CSR (PEM) for node `node` with `names` as SANs.
 fn node_csr(node: &str, names: &[&str]) -> (rcgen::KeyPair, String) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut p = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .expect("params");
-    p.distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    p.distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let pem = p.serialize_request(&key).expect("csr").pem().expect("pem");
-    (key, pem)
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    controlplane::pki::node_csr(node, &names).expect("csr")
 }
 
 /// Creates a kubelet-serving CSR as `client`; returns its name.

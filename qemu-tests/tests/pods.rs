@@ -69,15 +69,8 @@ fn agent_get(
 /// control plane's directory; returns their paths.
 fn node_identity(cp: &ControlPlane, name: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let pki = controlplane::pki::Pki::load_or_create(&cp.dir().join("pki"), &[])?;
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{name}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let cert = pki.sign_node_csr(&params.serialize_request(&key)?.pem()?)?;
+    let (key, csr) = controlplane::pki::node_csr(name, &[])?;
+    let cert = pki.sign_node_csr(&csr)?;
     let (cert_path, key_path) = (
         cp.dir().join(format!("{name}.crt")),
         cp.dir().join(format!("{name}.key")),

@@ -29,6 +29,8 @@ pub(crate) enum CertError {
     #[error("creating the key or CSR: {0}")]
     Csr(#[from] rcgen::Error),
     #[error("{0}")]
+    Pki(#[from] crate::pki::PkiError),
+    #[error("{0}")]
     Api(#[from] kube::Error),
     #[error("{0}")]
     Json(#[from] serde_json::Error),
@@ -90,16 +92,8 @@ pub(crate) async fn obtain(
 ) -> Result<(), CertError> {
     let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(client.clone());
     for chunk in names.chunks(NAMES_PER_CERT) {
-        let key = rcgen::KeyPair::generate()?;
-        let mut params = rcgen::CertificateParams::new(chunk.to_vec())?;
         let first = chunk.first().map(String::as_str).unwrap_or_default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("system:node:{first}"));
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "system:nodes");
-        let pem = params.serialize_request(&key)?.pem()?;
+        let (key, pem) = crate::pki::node_csr(first, chunk)?;
         let csr: CertificateSigningRequest = serde_json::from_value(json!({
             "apiVersion": "certificates.k8s.io/v1",
             "kind": "CertificateSigningRequest",
