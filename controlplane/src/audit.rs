@@ -28,8 +28,23 @@ pub enum AuditError {
         #[source]
         source: std::io::Error,
     },
-    #[error("audit policy {path}: {reason}")]
-    Policy { path: PathBuf, reason: String },
+    #[error("audit policy {path}: {source}")]
+    Policy {
+        path: PathBuf,
+        #[source]
+        source: PolicyError,
+    },
+}
+
+/// Why a policy file's text is not a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("want kind Policy in audit.k8s.io/v1")]
+    NotAPolicy,
+    #[error("{0}")]
+    Shape(#[from] serde_json::Error),
 }
 
 /// How much of a request is recorded.
@@ -86,16 +101,16 @@ pub struct Policy {
 
 impl Policy {
     /// Parses a policy file's text (YAML, which includes JSON).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let v: Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        let v: Value = serde_yaml::from_str(text)?;
         if v["kind"] != "Policy"
             || !v["apiVersion"]
                 .as_str()
                 .is_some_and(|a| a.starts_with("audit.k8s.io/"))
         {
-            return Err("want kind Policy in audit.k8s.io/v1".into());
+            return Err(PolicyError::NotAPolicy);
         }
-        serde_json::from_value(v).map_err(|e| e.to_string())
+        Ok(serde_json::from_value(v)?)
     }
 
     /// The level and omitted stages for a request (upstream's `policyRuleEvaluator`).
@@ -348,9 +363,9 @@ impl Auditor {
             path: policy_path.into(),
             source,
         })?;
-        let policy = Policy::parse(&text).map_err(|reason| AuditError::Policy {
+        let policy = Policy::parse(&text).map_err(|source| AuditError::Policy {
             path: policy_path.into(),
-            reason,
+            source,
         })?;
         let mut out = RotatingFile::open(log_path, max_mb * 1024 * 1024, max_backups)?;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Value>(10_000);

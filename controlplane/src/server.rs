@@ -76,7 +76,7 @@ async fn handle(
             .await;
     };
     let mut a = a;
-    let decoded = (a.level >= Level::Request || a.info.verb == "create")
+    let decoded = (a.level >= Level::Request || a.record.info.verb == "create")
         .then(|| object_of(parts.headers.get(hyper::header::CONTENT_TYPE), &bytes))
         .flatten();
     // A create names its object in the body: the event's objectRef gets the name from there.
@@ -89,9 +89,9 @@ async fn handle(
     let resp = api
         .handle(caller.as_ref(), hyper::Request::from_parts(parts, bytes))
         .await;
-    let streaming = a.info.verb == "watch"
+    let streaming = a.record.info.verb == "watch"
         || matches!(
-            a.info.subresource.as_str(),
+            a.record.info.subresource.as_str(),
             "log" | "exec" | "attach" | "portforward" | "proxy"
         );
     if streaming || a.level < Level::RequestResponse {
@@ -131,7 +131,6 @@ struct Audited {
     auditor: Arc<Auditor>,
     level: Level,
     omit: Vec<String>,
-    info: crate::api::authz::RequestInfo,
     record: audit::Record,
 }
 
@@ -173,7 +172,7 @@ impl Audited {
                 .path_and_query()
                 .map(|p| p.to_string())
                 .unwrap_or_default(),
-            info: info.clone(),
+            info,
             user,
             groups,
             impersonated: header("Impersonate-User"),
@@ -188,7 +187,6 @@ impl Audited {
             auditor,
             level,
             omit,
-            info,
             record,
         })
     }

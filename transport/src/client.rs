@@ -112,9 +112,12 @@ pub struct Names(Arc<std::sync::RwLock<std::collections::HashMap<String, std::ne
 impl Names {
     /// Points `name` at `ip`.
     pub fn set(&self, name: &str, ip: std::net::IpAddr) {
-        let mut m = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if m.get(name) != Some(&ip) {
-            m.insert(name.to_string(), ip);
+        // Every request to an agent sets its name; the write lock is taken only on a change.
+        if self.get(name) != Some(ip) {
+            self.0
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(name.to_string(), ip);
         }
     }
 
