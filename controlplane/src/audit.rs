@@ -5,8 +5,9 @@
 //! `RequestResponse`. The file rotates at `--audit-log-maxsize` MB, keeping
 //! `--audit-log-maxbackup` old files named `<path>-<UTC time>`.
 //!
-//! Stages: one event per request, `ResponseComplete`, or `ResponseStarted` for watches and
-//! other long-running requests (logs, exec), whose end is not recorded. A policy's or rule's
+//! Stages: `RequestReceived` as soon as the request is authenticated (no response status, no
+//! objects yet), then `ResponseComplete`, or `ResponseStarted` for watches and other
+//! long-running requests (logs, exec), whose end is not recorded. A policy's or rule's
 //! `omitStages` drops those stages. Events are written by one thread behind a bounded queue;
 //! a request waits for room rather than going unaudited.
 
@@ -175,6 +176,9 @@ fn rule_matches(r: &Rule, user: &str, groups: &[String], info: &RequestInfo) -> 
     })
 }
 
+/// The stage recorded when a request arrives.
+pub(crate) const RECEIVED: &str = "RequestReceived";
+
 /// What an audit event is made of (the request side is read before the handler runs).
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
@@ -213,10 +217,12 @@ pub(crate) fn event(r: &Record, now: SystemTime) -> Value {
         "user": {"username": r.user, "groups": r.groups},
         "sourceIPs": [r.source_ip],
         "userAgent": r.user_agent,
-        "responseStatus": {"metadata": {}, "code": r.code},
         "requestReceivedTimestamp": kcore::time::rfc3339_micros(r.received),
         "stageTimestamp": kcore::time::rfc3339_micros(now),
     });
+    if r.stage != RECEIVED {
+        e["responseStatus"] = json!({"metadata": {}, "code": r.code});
+    }
     if let Some(u) = &r.impersonated {
         e["impersonatedUser"] = json!({"username": u});
     }

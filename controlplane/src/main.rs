@@ -31,7 +31,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The API server (with the scheduler in process).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// The scheduler alone, against the API server of a kubeconfig.
     Scheduler(SchedulerArgs),
     /// The controllers alone, against the API server of a kubeconfig.
@@ -50,9 +50,23 @@ struct ServeArgs {
     /// Extra serving-certificate names (e.g. the address nodes dial); repeatable.
     #[arg(long = "san")]
     sans: Vec<String>,
-    /// Share one etcd (`http://HOST:PORT`) with other API servers instead of the embedded store.
+    /// Share one etcd (`http://HOST:PORT`, or `https://HOST:PORT` with `--etcd-cafile`) with
+    /// other API servers instead of the embedded store.
     #[arg(long)]
     etcd: Option<String>,
+    /// The CA (PEM) that etcd's serving certificate must chain to (needed for https).
+    #[arg(long, requires = "etcd")]
+    etcd_cafile: Option<PathBuf>,
+    /// The client certificate (PEM) presented to etcd (with `--etcd-keyfile`).
+    #[arg(long, requires_all = ["etcd_keyfile", "etcd_cafile"])]
+    etcd_certfile: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
+    /// An `apiserver.config.k8s.io/v1` EncryptionConfiguration: the resources it names are
+    /// encrypted in the store (aescbc, aesgcm; identity to read or write plain values).
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// Do not run the scheduler in process (e.g. to run another one against this server).
     #[arg(long)]
     no_scheduler: bool,
@@ -303,7 +317,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Serve(args) => rt.block_on(serve(args)),
+        Command::Serve(args) => rt.block_on(serve(*args)),
         Command::Scheduler(args) => rt.block_on(async move {
             let client =
                 transport::kubeapi::from_kubeconfig(&args.kubeconfig, "kube-scheduler/v1.32.0 nodeos")
@@ -341,13 +355,40 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = &args.data_dir;
     // Bad audit flags stop the start, before anything is served unaudited.
     let audit = args.audit.start()?;
+    // A bad encryption configuration stops the start before the store is opened.
+    let encryption = match &args.encryption_provider_config {
+        Some(path) => Some(
+            controlplane::storage::encryption::EncryptionConfig::load(path)
+                .context("--encryption-provider-config")?,
+        ),
+        None => None,
+    };
     let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
-    let store: Arc<dyn controlplane::storage::Store> = match &args.etcd {
-        Some(url) => Arc::new(controlplane::storage::etcd::EtcdStore::new(url).context("--etcd")?),
+    let mut store: Arc<dyn controlplane::storage::Store> = match &args.etcd {
+        Some(url) => {
+            let read =
+                |p: &PathBuf| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+            let tls = match (&args.etcd_cafile, &args.etcd_certfile, &args.etcd_keyfile) {
+                (None, _, _) => None,
+                (Some(ca), cert, key) => Some(controlplane::storage::etcd::EtcdTls {
+                    ca_pem: read(ca)?,
+                    client: match (cert, key) {
+                        (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+                        _ => None,
+                    },
+                }),
+            };
+            Arc::new(controlplane::storage::etcd::EtcdStore::new(url, tls.as_ref()).context("--etcd")?)
+        }
         None => Arc::new(
             EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?,
         ),
     };
+    if let Some(config) = encryption {
+        store = Arc::new(controlplane::storage::encryption::EncryptedStore::new(
+            store, config,
+        ));
+    }
     let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
     api.bootstrap()
         .await

@@ -86,6 +86,15 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The files of an etcd serving clients over TLS: its certificate and key, and the CA its
+/// clients' certificates must chain to.
+#[derive(Debug, Clone)]
+pub struct EtcdServerTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    pub ca_file: std::path::PathBuf,
+}
+
 /// A real etcd (Debian's `etcd`) on free loopback ports with its own data directory, for tests
 /// and benchmarks. Killed on drop.
 #[derive(Debug)]
@@ -100,9 +109,19 @@ impl EtcdProcess {
     /// and may be taken by someone else before etcd binds them (tests start many etcds in
     /// parallel): when etcd exits early it is started again on new ports, up to three times.
     pub fn spawn(data_dir: &Path) -> std::io::Result<Self> {
+        Self::spawn_with(data_dir, None)
+    }
+
+    /// Like [`EtcdProcess::spawn`], serving clients over TLS with `tls`'s certificate and
+    /// accepting only clients with a certificate from its CA (`endpoint` is `https://...`).
+    pub fn spawn_tls(data_dir: &Path, tls: &EtcdServerTls) -> std::io::Result<Self> {
+        Self::spawn_with(data_dir, Some(tls))
+    }
+
+    fn spawn_with(data_dir: &Path, tls: Option<&EtcdServerTls>) -> std::io::Result<Self> {
         let mut last = std::io::Error::other("etcd did not start");
         for _ in 0..3 {
-            match Self::spawn_once(data_dir) {
+            match Self::spawn_once(data_dir, tls) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -110,16 +129,30 @@ impl EtcdProcess {
         Err(last)
     }
 
-    fn spawn_once(data_dir: &Path) -> std::io::Result<Self> {
+    fn spawn_once(data_dir: &Path, tls: Option<&EtcdServerTls>) -> std::io::Result<Self> {
         let free = || -> std::io::Result<u16> {
             Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
         };
         let (client, peer) = (free()?, free()?);
-        let child = Command::new("etcd")
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut cmd = Command::new("etcd");
+        if let Some(t) = tls {
+            cmd.arg("--cert-file")
+                .arg(&t.cert_file)
+                .arg("--key-file")
+                .arg(&t.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&t.ca_file)
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen-client-urls", &format!("http://127.0.0.1:{client}")])
-            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{client}")])
+            .args(["--listen-client-urls", &format!("{scheme}://127.0.0.1:{client}")])
+            .args([
+                "--advertise-client-urls",
+                &format!("{scheme}://127.0.0.1:{client}"),
+            ])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
             .args([
                 "--initial-advertise-peer-urls",
@@ -131,7 +164,7 @@ impl EtcdProcess {
             .spawn()?;
         let mut me = Self {
             child,
-            endpoint: format!("http://127.0.0.1:{client}"),
+            endpoint: format!("{scheme}://127.0.0.1:{client}"),
         };
         let t0 = std::time::Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
@@ -216,6 +249,8 @@ pub struct TestCluster {
     pub dir: tempfile::TempDir,
     bin: PathBuf,
     serve_args: Vec<String>,
+    /// The port of the server this cluster started (it restarts there).
+    port: Option<u16>,
 }
 
 impl TestCluster {
@@ -224,7 +259,9 @@ impl TestCluster {
     pub fn start(bin: &Path, serve_args: &[&str], groups: &[(&str, usize, &[&str])]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = ServerProcess::spawn(bin, dir.path(), serve_args).expect("start controlplane");
+        let port = Some(server.port);
         let mut c = Self {
+            port,
             server: Some(server),
             hollow: Vec::new(),
             dir,
@@ -245,15 +282,23 @@ impl TestCluster {
             dir,
             bin: bin.to_path_buf(),
             serve_args: Vec::new(),
+            port: None,
         }
     }
 
     /// Kills the control plane and starts it again on the same data directory and port (the
     /// hollow nodes and kubectl reconnect). Panics when there is no server of this cluster.
     pub fn restart_server(&mut self) {
-        let old = self.server.take().expect("a server started by this cluster");
-        let port = old.port;
-        drop(old);
+        let args = self.serve_args.clone();
+        self.restart_server_with(&args);
+    }
+
+    /// Like [`TestCluster::restart_server`], with `serve_args` from now on.
+    /// (It may have been stopped with [`TestCluster::stop_server`].)
+    pub fn restart_server_with(&mut self, serve_args: &[impl AsRef<str>]) {
+        self.serve_args = serve_args.iter().map(|a| a.as_ref().to_string()).collect();
+        let port = self.port.expect("a server started by this cluster");
+        self.stop_server();
         let args: Vec<&str> = self.serve_args.iter().map(String::as_str).collect();
         // The port was just freed; retry a little in case the kernel has not released it yet.
         let t0 = Instant::now();
@@ -268,6 +313,12 @@ impl TestCluster {
             }
         };
         self.server = Some(server);
+    }
+
+    /// Kills the control plane (e.g. to read its store directly); `restart_server*` starts it
+    /// again.
+    pub fn stop_server(&mut self) {
+        drop(self.server.take());
     }
 
     /// Starts another group of hollow nodes.

@@ -56,6 +56,9 @@ async fn handle(
         None => bearer_caller(&api, &tokens, &req).await,
     };
     let audited = audit.and_then(|a| Audited::begin(a, caller.as_ref(), &peer, &req));
+    if let Some(a) = &audited {
+        a.received().await;
+    }
     // Streaming upgrades (exec) keep the raw request; everything else is read whole.
     if req.headers().contains_key(hyper::header::UPGRADE) {
         let resp = api.upgrade(caller.as_ref(), req).await;
@@ -189,6 +192,15 @@ impl Audited {
             omit,
             record,
         })
+    }
+
+    /// Records the `RequestReceived` stage (unless omitted).
+    async fn received(&self) {
+        let record = audit::Record {
+            stage: audit::RECEIVED,
+            ..self.record.clone()
+        };
+        self.auditor.record(record, &self.omit).await;
     }
 
     async fn finish(

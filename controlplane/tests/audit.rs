@@ -108,3 +108,68 @@ fn the_policy_decides_what_is_recorded() {
     assert_eq!(e["responseObject"]["metadata"]["name"], "cm", "{e}");
     assert!(!text.contains("\"resource\":\"pods\""), "pods are not audited");
 }
+
+/// Without `omitStages`, a request is recorded twice under one auditID: `RequestReceived`
+/// (no response status yet), then `ResponseComplete`; a rule's `omitStages` adds to the
+/// policy's.
+#[test]
+fn request_received_comes_first_unless_omitted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n  resources:\n  - group: \"\"\n    resources: [secrets]\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n- level: None\n",
+    )
+    .expect("policy");
+    let log = dir.path().join("audit.log");
+    let (p, l) = (policy.display().to_string(), log.display().to_string());
+    let c = TestCluster::start(
+        bin(),
+        &[
+            "--no-scheduler",
+            "--no-controllers",
+            "--audit-policy-file",
+            &p,
+            "--audit-log-path",
+            &l,
+        ],
+        &[],
+    );
+    c.kubectl(&["create", "configmap", "cm", "--from-literal=a=1"]);
+    c.kubectl(&["get", "configmap", "cm"]);
+    c.kubectl(&["create", "secret", "generic", "s", "--from-literal=k=v"]);
+    let got = events(&log, "configmaps", "cm", 3);
+    // The get names its object in the path, so both of its stages carry the name; the create's
+    // name comes from the body, read after RequestReceived.
+    let stages: Vec<(&str, &str)> = got
+        .iter()
+        .filter_map(|e| Some((e["verb"].as_str()?, e["stage"].as_str()?)))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            ("create", "ResponseComplete"),
+            ("get", "RequestReceived"),
+            ("get", "ResponseComplete")
+        ],
+        "{got:?}"
+    );
+    assert_eq!(got[1]["auditID"], got[2]["auditID"]);
+    assert!(got[1].get("responseStatus").is_none(), "{}", got[1]);
+    assert_eq!(got[2]["responseStatus"]["code"], 200);
+    let received = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .filter(|l| l.contains("\"stage\":\"RequestReceived\"") && l.contains("\"resource\":\"configmaps\""))
+        .count();
+    assert_eq!(received, 2, "create and get of the ConfigMap each arrive once");
+    let secret = events(&log, "secrets", "s", 1);
+    assert_eq!(secret.len(), 1, "{secret:?}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("\"stage\":\"RequestReceived\"") && l.contains("\"resource\":\"secrets\"")),
+        "the secrets rule omits RequestReceived"
+    );
+}

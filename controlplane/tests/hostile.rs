@@ -77,3 +77,73 @@ fn idle_connections_do_not_stop_a_normal_client() {
     assert!(ok && out.contains("namespace/default"), "{out}{err}");
     drop(idle);
 }
+
+/// A watcher that stops reading is dropped once it holds its budget (16 MiB) for 10 s, instead
+/// of the server keeping every event for it: kubectl, its output unread while 60 ConfigMaps of
+/// 900 kB are created, sees its watch end before the last of them.
+#[test]
+fn a_watcher_that_stops_reading_is_dropped() {
+    use std::io::Read;
+    let c = TestCluster::start(bin(), &["--no-scheduler", "--no-controllers"], &[]);
+    c.kubectl(&["create", "configmap", "marker", "--from-literal=a=1"]);
+    let mut watch = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", c.kubeconfig())
+        .args(["get", "configmaps", "--watch", "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl");
+    let mut out = watch.stdout.take().expect("stdout");
+    // Read until the watch has delivered the marker, then stop reading.
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("\"marker\"") {
+        let n = out.read(&mut buf).expect("read");
+        assert!(n > 0, "kubectl ended early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let value = "v".repeat(900_000);
+    let items: Vec<String> = (0..60)
+        .map(|i| {
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big-{i}"}},"data":{{"v":"{value}"}}}}"#)
+        })
+        .collect();
+    let list = dir.path().join("list.json");
+    std::fs::write(
+        &list,
+        format!(
+            r#"{{"apiVersion":"v1","kind":"List","items":[{}]}}"#,
+            items.join(",")
+        ),
+    )
+    .expect("write");
+    c.kubectl(&["create", "-f", &list.display().to_string()]);
+    // Over budget for longer than the patience: the server drops the watch.
+    std::thread::sleep(std::time::Duration::from_secs(25));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = out.read_to_end(&mut rest);
+        let _ = done_tx.send(rest);
+    });
+    let rest = done_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the watch never ended: the server kept the events of a client that did not read");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let text = String::from_utf8_lossy(&rest);
+    let delivered = (0..60)
+        .filter(|i| text.contains(&format!("\"name\": \"big-{i}\"")))
+        .count();
+    assert!(
+        delivered < 60,
+        "all 60 events were delivered to a client that stopped reading"
+    );
+    // Everyone else is served as before.
+    let names = c.kubectl(&["get", "configmaps", "-o", "name"]);
+    assert_eq!(
+        names.lines().filter(|l| l.starts_with("configmap/big-")).count(),
+        60
+    );
+}

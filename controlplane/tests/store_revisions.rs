@@ -93,7 +93,7 @@ async fn etcd_reads_at_a_past_revision() {
     let dir = tempfile::tempdir().expect("tempdir");
     let etcd =
         EtcdProcess::spawn(&dir.path().join("etcd")).expect("start etcd (apt-get install etcd-server)");
-    let s = EtcdStore::new(&etcd.endpoint).expect("etcd store");
+    let s = EtcdStore::new(&etcd.endpoint, None).expect("etcd store");
     past_reads(&s).await;
     // Once etcd compacts past a revision, reads at it fail as compacted.
     let old = s.revision().await.expect("revision");

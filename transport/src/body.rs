@@ -2,7 +2,10 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -49,9 +52,160 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// A streaming body whose data not yet taken by the client is bounded in bytes, for streams a
+/// client may stop reading (watches): `send` waits while the queue is over `max_bytes` and
+/// gives up with [`SendError::Slow`] when the client took nothing for `patience`, so the
+/// stream can be dropped instead of holding memory for a reader that does not read. One chunk
+/// larger than the budget still goes when the queue is empty.
+pub fn budget_channel(max_bytes: usize, patience: Duration) -> (BudgetSender, Body) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let budget = Arc::new(Budget {
+        queued: AtomicUsize::new(0),
+        drained: tokio::sync::Notify::new(),
+    });
+    let body = BudgetBody {
+        rx,
+        budget: budget.clone(),
+    };
+    (
+        BudgetSender {
+            tx,
+            budget,
+            max_bytes,
+            patience,
+        },
+        body.boxed(),
+    )
+}
+
+struct Budget {
+    /// Bytes sent and not yet taken by the body.
+    queued: AtomicUsize,
+    /// Signalled whenever the body takes a chunk.
+    drained: tokio::sync::Notify,
+}
+
+/// Why a [`BudgetSender`] did not send.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("the client left")]
+    Closed,
+    #[error("the client took nothing for {patience:?} with {queued} bytes waiting")]
+    Slow { patience: Duration, queued: usize },
+}
+
+/// The sending side of [`budget_channel`].
+pub struct BudgetSender {
+    tx: mpsc::UnboundedSender<Bytes>,
+    budget: Arc<Budget>,
+    max_bytes: usize,
+    patience: Duration,
+}
+
+impl std::fmt::Debug for BudgetSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetSender")
+            .field("queued", &self.queued())
+            .field("max_bytes", &self.max_bytes)
+            .finish()
+    }
+}
+
+impl BudgetSender {
+    /// Queues `chunk` once the budget has room for it (see [`budget_channel`]).
+    pub async fn send(&self, chunk: Bytes) -> Result<(), SendError> {
+        let deadline = tokio::time::Instant::now() + self.patience;
+        loop {
+            // Created before the check, so a chunk taken in between still wakes it.
+            let drained = self.budget.drained.notified();
+            let queued = self.queued();
+            if queued == 0 || queued.saturating_add(chunk.len()) <= self.max_bytes {
+                break;
+            }
+            tokio::select! {
+                _ = drained => {}
+                _ = self.tx.closed() => return Err(SendError::Closed),
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(SendError::Slow { patience: self.patience, queued });
+                }
+            }
+        }
+        self.budget.queued.fetch_add(chunk.len(), Ordering::SeqCst);
+        self.tx.send(chunk).map_err(|_| SendError::Closed)
+    }
+
+    /// Completes when the client has gone.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    /// Bytes sent and not yet taken by the client.
+    pub fn queued(&self) -> usize {
+        self.budget.queued.load(Ordering::SeqCst)
+    }
+}
+
+struct BudgetBody {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    budget: Arc<Budget>,
+}
+
+impl hyper::body::Body for BudgetBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        let polled = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(b)) = &polled {
+            self.budget.queued.fetch_sub(b.len(), Ordering::SeqCst);
+            self.budget.drained.notify_waiters();
+        }
+        polled.map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_channel_waits_for_room_and_gives_up_on_a_reader_that_stops() {
+        let (tx, mut body) = budget_channel(10, Duration::from_secs(5));
+        // A chunk larger than the budget goes when nothing waits.
+        tx.send(Bytes::from_static(b"0123456789ab")).await.expect("send");
+        assert_eq!(tx.queued(), 12);
+        // The next one waits until the reader takes the first.
+        let reader = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let first = body.frame().await.expect("frame").expect("data");
+            assert_eq!(first.into_data().expect("data").len(), 12);
+            body
+        };
+        let (sent, mut body) = tokio::join!(tx.send(Bytes::from_static(b"abcdef")), reader);
+        sent.expect("sent once there was room");
+        tx.send(Bytes::from_static(b"ghij"))
+            .await
+            .expect("fits: 10 bytes");
+        assert_eq!(tx.queued(), 10);
+        // A reader that takes nothing more: the sender gives up after its patience.
+        let t0 = tokio::time::Instant::now();
+        match tx.send(Bytes::from_static(b"k")).await {
+            Err(SendError::Slow { queued: 10, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+        // What was queued is still delivered, in order.
+        let next = body.frame().await.expect("frame").expect("data");
+        assert_eq!(&next.into_data().expect("data")[..], b"abcdef");
+        drop(body);
+        assert!(matches!(
+            tx.send(Bytes::from_static(b"x")).await,
+            Err(SendError::Closed)
+        ));
+    }
 
     #[tokio::test]
     async fn channel_body_yields_chunks_until_the_sender_is_dropped() {

@@ -29,6 +29,23 @@ pub enum ClientError {
     TooLarge(usize),
 }
 
+impl ClientError {
+    /// The error with each cause it does not already name after it (`a: b: c`): hyper hides
+    /// why a connection failed (a refused certificate, a refused connection) in the sources.
+    pub fn with_causes(&self) -> String {
+        let mut why = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !why.contains(&text) {
+                why = format!("{why}: {text}");
+            }
+            source = s.source();
+        }
+        why
+    }
+}
+
 /// A pooled client sending bodies of type `B`.
 pub type HttpClient<B> = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, B>;
 

@@ -30,7 +30,7 @@ async fn fixture() -> Fixture {
         if std::env::var("NODEOS_TEST_STORE").as_deref() == Ok("etcd") {
             let etcd = crate::process::EtcdProcess::spawn(&dir.path().join("etcd")).expect("start etcd");
             (
-                Arc::new(crate::storage::etcd::EtcdStore::new(&etcd.endpoint).expect("etcd store")),
+                Arc::new(crate::storage::etcd::EtcdStore::new(&etcd.endpoint, None).expect("etcd store")),
                 Some(etcd),
             )
         } else {

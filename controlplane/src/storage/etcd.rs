@@ -1,6 +1,7 @@
 //! The etcd backend (for HA: several API servers on one etcd cluster), over etcd's v3 JSON
 //! gateway (`/v3/kv/range`, `/v3/kv/txn`, `/v3/watch`) through the workspace's pooled HTTP
-//! client (`transport::client`), plain HTTP to the endpoint.
+//! client (`transport::client`): plain HTTP, or HTTPS verified against a given CA with an
+//! optional client certificate (kube-apiserver's `--etcd-cafile/--etcd-certfile/--etcd-keyfile`).
 //! Compare-and-swap maps to a transaction comparing `mod_revision` (or `create_revision = 0` for
 //! creates); the etcd revision is the resourceVersion, as in Kubernetes.
 
@@ -20,8 +21,18 @@ use super::{
 /// An etcd v3 endpoint such as `http://127.0.0.1:2379`.
 #[derive(Debug)]
 pub struct EtcdStore {
+    /// `http` or `https`.
+    scheme: &'static str,
     addr: String,
     client: HttpClient<Full<Bytes>>,
+}
+
+/// TLS to etcd: the CA its serving certificate must chain to, and the client certificate and
+/// key (PEM) to present.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca_pem: String,
+    pub client: Option<(String, String)>,
 }
 
 /// Longest wait for etcd's answer to one request (watches excepted: their answer streams).
@@ -75,18 +86,45 @@ fn io_err(addr: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 impl EtcdStore {
-    /// A store on `endpoint` (`http://HOST:PORT`); nothing is contacted until the first request.
-    pub fn new(endpoint: &str) -> Result<Self> {
-        let addr = endpoint
-            .strip_prefix("http://")
-            .map(|a| a.trim_end_matches('/').to_string())
-            .ok_or_else(|| io_err(endpoint, "the etcd endpoint must be http://HOST:PORT"))?;
-        let client = transport::client::http_client(None).map_err(|e| io_err(&addr, e))?;
-        Ok(Self { addr, client })
+    /// A store on `endpoint` (`http://HOST:PORT`, or `https://HOST:PORT` with `tls`); nothing
+    /// is contacted until the first request.
+    pub fn new(endpoint: &str, tls: Option<&EtcdTls>) -> Result<Self> {
+        let (scheme, rest) = match (endpoint.split_once("://"), tls) {
+            (Some(("http", rest)), None) => ("http", rest),
+            (Some(("https", rest)), Some(_)) => ("https", rest),
+            (Some(("http", _)), Some(_)) => {
+                return Err(io_err(
+                    endpoint,
+                    "TLS files are given but the etcd endpoint is http://",
+                ));
+            }
+            (Some(("https", _)), None) => {
+                return Err(io_err(endpoint, "an https:// etcd endpoint needs --etcd-cafile"));
+            }
+            _ => {
+                return Err(io_err(
+                    endpoint,
+                    "the etcd endpoint must be http://HOST:PORT or https://HOST:PORT",
+                ));
+            }
+        };
+        let addr = rest.trim_end_matches('/').to_string();
+        let config = match tls {
+            Some(t) => Some(std::sync::Arc::new(
+                transport::tls::client_config(
+                    transport::tls::ServerAuth::Ca(&t.ca_pem),
+                    t.client.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+                )
+                .map_err(|e| io_err(&addr, e))?,
+            )),
+            None => None,
+        };
+        let client = transport::client::http_client(config).map_err(|e| io_err(&addr, e))?;
+        Ok(Self { scheme, addr, client })
     }
 
     fn request(&self, path: &str, body: &Value) -> Result<hyper::Request<Full<Bytes>>> {
-        hyper::Request::post(format!("http://{}{path}", self.addr))
+        hyper::Request::post(format!("{}://{}{path}", self.scheme, self.addr))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| io_err(&self.addr, e))
@@ -106,7 +144,7 @@ impl EtcdStore {
         let req = self.request(path, body)?;
         let resp = transport::client::send(&self.client, req, REQUEST_TIMEOUT)
             .await
-            .map_err(|e| io_err(&self.addr, e))?;
+            .map_err(|e| io_err(&self.addr, e.with_causes()))?;
         let code = resp.status().as_u16();
         let bytes = transport::client::read_body(resp.into_body(), MAX_ANSWER)
             .await
@@ -395,7 +433,7 @@ impl Store for EtcdStore {
             let req = self.request("/v3/watch", &body)?;
             let resp = transport::client::send(&self.client, req, REQUEST_TIMEOUT)
                 .await
-                .map_err(|e| io_err(&self.addr, e))?;
+                .map_err(|e| io_err(&self.addr, e.with_causes()))?;
             let mut w = EtcdWatch {
                 body: resp.into_body(),
                 buf: Vec::new(),

@@ -3,6 +3,7 @@
 //! compaction (a watch from before the compacted revision fails with [`StoreError::Compacted`]).
 
 pub mod embedded;
+pub mod encryption;
 pub mod etcd;
 mod wal;
 
@@ -69,6 +70,9 @@ pub enum StoreError {
     Corrupt { path: String, reason: String },
     #[error("the store is shut down")]
     Closed,
+    /// A stored value the encryption configuration cannot read (or a value it cannot encrypt).
+    #[error("unable to transform key {key:?}: {reason}")]
+    Transform { key: String, reason: String },
     /// A value over [`MAX_VALUE`]: refused before anything is written (etcd's text).
     #[error("etcdserver: request is too large")]
     TooLarge { key: String, size: usize },

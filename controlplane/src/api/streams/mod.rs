@@ -195,18 +195,11 @@ fn agent_address(node: &Value) -> Option<SocketAddr> {
 /// An agent that cannot be reached or verified: a 500 naming the node, the address and the
 /// whole cause (a certificate that is not the node's says so).
 fn unreachable(agent: &Agent, e: &ClientError) -> ApiError {
-    let mut why = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !why.contains(&text) {
-            why = format!("{why}: {text}");
-        }
-        source = s.source();
-    }
     ApiError::internal(format!(
-        "cannot reach the agent of node {} at {}: {why}",
-        agent.node, agent.addr
+        "cannot reach the agent of node {} at {}: {}",
+        agent.node,
+        agent.addr,
+        e.with_causes()
     ))
 }
 

@@ -23,6 +23,12 @@ use crate::storage::{EventKind, KeyValue, StoreError};
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+/// The most a watch holds for a client that does not read (events are shared between watchers,
+/// so this overcounts what it costs); beyond it the watch waits for the client...
+const WATCH_BUFFER_BYTES: usize = 16 << 20;
+/// ...this long, and is then dropped (upstream's "Forcing watcher close due to
+/// unresponsiveness"): the client's informer lists and watches again.
+const SLOW_WATCHER_PATIENCE: Duration = Duration::from_secs(10);
 
 fn line(kind: &str, object: &Value) -> Bytes {
     let mut v = serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
@@ -190,7 +196,7 @@ impl Api {
         let rv = q.get("resourceVersion").unwrap_or_default();
         let timeout = watch_timeout(q.get("timeoutSeconds"));
         let bookmarks = q.flag("allowWatchBookmarks");
-        let (tx, body) = transport::body::channel(256);
+        let (tx, body) = transport::body::budget_channel(WATCH_BUFFER_BYTES, SLOW_WATCHER_PATIENCE);
         let res = t.res;
         let render = move |obj: &Value, rev: &str| -> Value {
             match want {
@@ -243,7 +249,7 @@ impl Api {
                             return;
                         }
                     };
-                    if !chunk.is_empty() && tx.send(chunk).await.is_err() {
+                    if !chunk.is_empty() && !sent(&tx, chunk, res.plural).await {
                         return;
                     }
                 }
@@ -292,7 +298,7 @@ impl Api {
                     }
                 };
                 if let Some(m) = msg
-                    && tx.send(m).await.is_err()
+                    && !sent(&tx, m, res.plural).await
                 {
                     return;
                 }
@@ -310,6 +316,19 @@ impl Api {
             HeaderValue::from_static("no-cache, private"),
         );
         Ok(resp)
+    }
+}
+
+/// Sends one chunk of a watch; false when the watch is over (the client left, or did not read
+/// and was dropped).
+async fn sent(tx: &transport::body::BudgetSender, chunk: Bytes, resource: &str) -> bool {
+    match tx.send(chunk).await {
+        Ok(()) => true,
+        Err(transport::body::SendError::Closed) => false,
+        Err(e @ transport::body::SendError::Slow { .. }) => {
+            tracing::warn!(resource, error = %e, "forcing watcher close due to unresponsiveness");
+            false
+        }
     }
 }
 
