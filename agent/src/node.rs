@@ -265,7 +265,7 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
         "spec": {},
         "status": {
             "capacity": { "cpu": cpus.to_string(), "memory": format!("{mem}Ki"), "pods": "110" },
-            "allocatable": { "cpu": cpus.to_string(), "memory": format!("{}Ki", mem.saturating_sub(100 * 1024)), "pods": "110" },
+            "allocatable": { "cpu": cpus.to_string(), "memory": format!("{}Ki", kcore::allocatable::allocatable_memory(mem * 1024) / 1024), "pods": "110" },
             "addresses": addresses,
             "conditions": conditions(&now),
             "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
     match role.as_deref() {
         Some("agent") => {
             init::log::install("agent", "info");
+            init::sys::protect_from_oom();
             match agent::run(agent::AgentConfig::default()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
                 "info,libcgroups=error,libcontainer::process::init::process=error",
                 console,
             );
+            init::sys::protect_from_oom();
             match runtime::server::serve(runtime::server::Options::default()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

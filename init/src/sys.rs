@@ -56,3 +56,13 @@ pub fn dup_cloexec(fd: i32, min: i32) -> io::Result<std::fs::File> {
     // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
     Ok(unsafe { std::fs::File::from_raw_fd(new) })
 }
+
+/// Gives this process the node daemons' `oom_score_adj` ([`kcore::qos::NODE_DAEMON_OOM_SCORE_ADJ`]);
+/// the agent and the runtime call it first thing. A failure is logged, not fatal.
+pub fn protect_from_oom() {
+    let adj = kcore::qos::NODE_DAEMON_OOM_SCORE_ADJ;
+    match std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
+        Ok(()) => tracing::info!(oom_score_adj = adj, "protected from the OOM killer"),
+        Err(e) => tracing::warn!(error = %e, "cannot lower this daemon's oom_score_adj"),
+    }
+}

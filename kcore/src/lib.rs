@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod allocatable;
 pub mod json;
 pub mod labels;
 pub mod names;

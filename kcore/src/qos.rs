@@ -31,6 +31,11 @@ use crate::resources;
 
 /// `oom_score_adj` of Guaranteed and node-critical containers.
 pub const GUARANTEED_OOM_SCORE_ADJ: i32 = -997;
+/// `oom_score_adj` of the node's own daemons, the agent and the runtime (the kubelet's
+/// `KubeletOOMScoreAdj`, and what containerd's packaging gives containerd): under memory
+/// pressure the kernel kills pods' processes, pause (−998) and critical pods (−997) last, and
+/// the daemons that would restart them never first.
+pub const NODE_DAEMON_OOM_SCORE_ADJ: i32 = -999;
 /// `oom_score_adj` of BestEffort containers.
 pub const BEST_EFFORT_OOM_SCORE_ADJ: i32 = 1000;
 /// Priorities from here up are critical (`system-cluster-critical` is 2,000,000,000).

@@ -154,6 +154,14 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         .with_fw_cfg(machine_config.clone());
     let mut vm = f.start(&cfg)?;
     vm.wait_for_line("agent: node registered", BOOT)?;
+    // The node's daemons run at the kubelet's oom_score_adj (the runtime suite checks that the
+    // runtime keeps it while it creates containers).
+    for daemon in ["agent", "runtime"] {
+        vm.wait_for_line(
+            &format!("{daemon}: protected from the OOM killer oom_score_adj=-999"),
+            BOOT,
+        )?;
+    }
     let image = guest_busybox();
     cp.create(&pod("web", node, &image, "echo up; sleep 3600", "Always"))?;
     cp.create(&pod("fail", node, &image, "echo bye; exit 3", "Never"))?;

@@ -83,6 +83,12 @@ pub struct ContainerConfig {
     /// `allowPrivilegeEscalation: false`. A seccomp profile also implies it.
     #[serde(default)]
     pub no_new_privileges: bool,
+    /// `securityContext.capabilities.add`, as Kubernetes writes them (`NET_ADMIN`, `ALL`).
+    #[serde(default)]
+    pub capabilities_add: Vec<String>,
+    /// `securityContext.capabilities.drop`.
+    #[serde(default)]
+    pub capabilities_drop: Vec<String>,
     #[serde(default)]
     pub seccomp: SeccompProfile,
     /// File name of the log under the sandbox's log directory (`<name>/<restart>.log`).

@@ -1,7 +1,8 @@
 //! The pod cgroup tree and its values, as docs/SEEDS-SPEC.md §4.10-4.11 records them.
 //!
 //! ```text
-//! /kubepods.slice                                   cpu.weight from node CPUs, memory.max = allocatable
+//! /kubepods.slice                                   cpu.weight from node CPUs, memory.max and
+//!                                                   pids.max less the system's reservation
 //! /kubepods.slice/kubepods-burstable.slice          cpu.weight from the sum of Burstable requests
 //! /kubepods.slice/kubepods-besteffort.slice         cpu.weight 1
 //! <qos slice>/kubepods[-<qos>]-pod<uid_>.slice      pod: the values the agent computed (kcore::qos)
@@ -137,9 +138,9 @@ impl Tree {
         self.write(rel, "cgroup.subtree_control", CONTROLLERS)
     }
 
-    /// Creates `kubepods.slice` and the QoS slices. `cpu_milli` and `memory` are the node's
-    /// allocatable CPU and memory.
-    pub fn setup_node(&self, cpu_milli: u64, memory: u64) -> Result<(), CgroupError> {
+    /// Creates `kubepods.slice` and the QoS slices. `cpu_milli` is the node's CPU, `memory` and
+    /// `pids` the limits of everything pods may use together (kcore::allocatable).
+    pub fn setup_node(&self, cpu_milli: u64, memory: u64, pids: u64) -> Result<(), CgroupError> {
         // The root must delegate the controllers first.
         self.write("/", "cgroup.subtree_control", CONTROLLERS)?;
         self.ensure(KUBEPODS)?;
@@ -149,6 +150,7 @@ impl Tree {
             &slice_weight(cpu_shares(cpu_milli)).to_string(),
         )?;
         self.write(KUBEPODS, "memory.max", &memory.to_string())?;
+        self.write(KUBEPODS, "pids.max", &pids.to_string())?;
         for qos in ["burstable", "besteffort"] {
             let rel = format!("{KUBEPODS}/kubepods-{qos}.slice");
             self.ensure(&rel)?;

@@ -14,7 +14,10 @@
 //! perf, ptrace and cross-process memory access, clock setting, swap, quotas, personality
 //! changes, userfaultfd, handle-based opens, NUMA policy, io_uring, legacy syscalls) fail with EPERM, and
 //! `clone` with any namespace flag fails too; everything else is allowed. It is not the
-//! upstream allow list syscall for syscall.
+//! upstream allow list syscall for syscall. On x86_64 every x32 ABI call (numbers with
+//! `__X32_SYSCALL_BIT`, which a deny list keyed by x86_64 numbers would let through) fails with
+//! EPERM, as it does under containerd's allow list; i386 calls fail seccompiler's architecture
+//! check.
 
 use std::collections::BTreeMap;
 
@@ -163,7 +166,36 @@ pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, SeccompError> {
     for f in [deny, clone3] {
         out.push(BpfProgram::try_from(f)?);
     }
+    if cfg!(target_arch = "x86_64") {
+        out.push(deny_x32());
+    }
     Ok(out)
+}
+
+/// `__X32_SYSCALL_BIT`: x32 ABI calls enter the x86_64 table with this bit set and the same
+/// `AUDIT_ARCH_X86_64`, so seccompiler's architecture check does not catch them.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// A filter failing every x32 call with EPERM (seccompiler matches exact numbers only, so this
+/// one is written as BPF: load the architecture, then the number, and compare).
+fn deny_x32() -> BpfProgram {
+    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    // struct seccomp_data { int nr; __u32 arch; ... }
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    let op = |code, jt, jf, k| seccompiler::sock_filter { code, jt, jf, k };
+    vec![
+        op(LD_W_ABS, 0, 0, ARCH),
+        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        op(LD_W_ABS, 0, 0, NR),
+        op(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | EPERM),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
 }
 
 /// The executor: libcontainer's default one, with the profile installed just before `execve`.
@@ -198,10 +230,72 @@ impl Executor for SeccompExecutor {
 mod tests {
     use super::*;
 
+    /// Installs the RuntimeDefault filters in a forked child and reports each call's errno
+    /// (0 when it succeeded): the filters' real effect in this kernel, not their shape. The
+    /// child only makes raw system calls on memory allocated before the fork (seccompiler's
+    /// `apply_filter` is prctl + seccomp) and `_exit`s, so the test harness's other threads
+    /// cannot leave it holding a lock.
+    fn errnos_under_runtime_default(calls: &[(i64, [u64; 2])]) -> Vec<i32> {
+        use nix::unistd::ForkResult;
+        let progs = compile(Profile::RuntimeDefault).expect("compiles");
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let mut answers = [0u8; 64];
+        assert!(calls.len() * 4 <= answers.len());
+        match crate::sys::fork().expect("fork") {
+            ForkResult::Child => {
+                drop(r);
+                for p in &progs {
+                    if seccompiler::apply_filter(p).is_err() {
+                        crate::sys::exit_child(2);
+                    }
+                }
+                for (i, (nr, [a, b])) in calls.iter().enumerate() {
+                    let errno = crate::sys::syscall_errno(*nr, *a, *b);
+                    answers[i * 4..i * 4 + 4].copy_from_slice(&errno.to_ne_bytes());
+                }
+                let _ = nix::unistd::write(&w, &answers[..calls.len() * 4]);
+                crate::sys::exit_child(0);
+            }
+            ForkResult::Parent { child } => {
+                drop(w);
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4];
+                for _ in calls {
+                    let mut filled = 0;
+                    while filled < 4 {
+                        let n = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&r), &mut buf[filled..])
+                            .expect("read");
+                        assert!(n > 0, "the child ended early");
+                        filled += n;
+                    }
+                    got.push(i32::from_ne_bytes(buf));
+                }
+                nix::sys::wait::waitpid(child, None).expect("wait");
+                got
+            }
+        }
+    }
+
+    #[test]
+    fn denied_calls_fail_with_eperm_in_this_kernel() {
+        let mut calls = vec![
+            (libc::SYS_getpid, [0, 0]),
+            (libc::SYS_unshare, [libc::CLONE_NEWUTS as u64, 0]),
+            (SYS_IO_URING[0], [1, 0]),
+        ];
+        let mut want = vec![0, libc::EPERM, libc::EPERM];
+        if cfg!(target_arch = "x86_64") {
+            // x32 getpid: ENOSYS or a pid on a kernel with x32, EPERM under the filter.
+            calls.push((i64::from(X32_SYSCALL_BIT) | libc::SYS_getpid, [0, 0]));
+            want.push(libc::EPERM);
+        }
+        assert_eq!(errnos_under_runtime_default(&calls), want);
+    }
+
     #[test]
     fn profiles_compile() {
         let progs = compile(Profile::RuntimeDefault).expect("compiles");
-        assert_eq!(progs.len(), 2);
+        assert_eq!(progs.len(), if cfg!(target_arch = "x86_64") { 3 } else { 2 });
         assert!(progs[0].len() > 50, "one check per denied syscall");
         assert!(compile(Profile::Unconfined).expect("nothing").is_empty());
     }

@@ -8,15 +8,18 @@ use crate::image::store::ImageConfig;
 use crate::seccomp::Profile;
 use runtime_api::{ContainerConfig, Mount, Resources};
 
-/// containerd's default capability set, minus CAP_MKNOD: device access is not restricted by a
-/// device cgroup here (libcgroups' v2 device controller needs eBPF through a C library we do not
-/// link), so containers may not create device nodes at all.
+/// containerd's default capability set minus CAP_NET_RAW and CAP_MKNOD. NET_RAW (raw and packet
+/// sockets: spoofing, ARP poisoning on the pod bridge) is what most container escapes and
+/// lateral attacks start from, and pods still ping through ICMP datagram sockets
+/// (`net.ipv4.ping_group_range` is open in every sandbox); a pod that needs it adds it. MKNOD:
+/// device access is not restricted by a device cgroup here (libcgroups' v2 device controller
+/// needs eBPF through a C library we do not link), so containers may not create device nodes
+/// at all, not even when they ask.
 pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
     "CAP_FSETID",
     "CAP_FOWNER",
-    "CAP_NET_RAW",
     "CAP_SETGID",
     "CAP_SETUID",
     "CAP_SETFCAP",
@@ -26,6 +29,104 @@ pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_KILL",
     "CAP_AUDIT_WRITE",
 ];
+
+/// Every capability of Linux 6.x, in number order (`ALL` in an add list means these, less
+/// CAP_MKNOD).
+const ALL_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
+
+/// A container's capability set from `securityContext.capabilities` (names with or without the
+/// `CAP_` prefix, any case), as containerd's CRI plugin builds it: the defaults, then `ALL`
+/// added, then `ALL` dropped, then each other add, then each other drop. An unknown name, or
+/// MKNOD (see [`DEFAULT_CAPS`]), is an error naming it.
+pub fn capabilities(add: &[String], drop: &[String]) -> Result<Vec<String>, String> {
+    let norm = |name: &str| -> Result<Option<&'static str>, String> {
+        let upper = name.trim().to_ascii_uppercase();
+        if upper == "ALL" {
+            return Ok(None);
+        }
+        let full = if upper.starts_with("CAP_") {
+            upper
+        } else {
+            format!("CAP_{upper}")
+        };
+        ALL_CAPS
+            .iter()
+            .find(|c| **c == full)
+            .map(|c| Some(*c))
+            .ok_or_else(|| format!("unknown capability {name:?}"))
+    };
+    let mut set: Vec<&'static str> = DEFAULT_CAPS.to_vec();
+    if add.iter().any(|a| a.trim().eq_ignore_ascii_case("ALL")) {
+        set = ALL_CAPS.iter().copied().filter(|c| *c != "CAP_MKNOD").collect();
+    }
+    if drop.iter().any(|d| d.trim().eq_ignore_ascii_case("ALL")) {
+        set.clear();
+    }
+    for a in add {
+        if let Some(c) = norm(a)? {
+            if c == "CAP_MKNOD" {
+                return Err("capability \"MKNOD\" cannot be granted on this node (device nodes are not confined by a device cgroup)".into());
+            }
+            if !set.contains(&c) {
+                set.push(c);
+            }
+        }
+    }
+    for d in drop {
+        if let Some(c) = norm(d)? {
+            set.retain(|x| *x != c);
+        }
+    }
+    // In number order, as the kernel lists them.
+    set.sort_by_key(|c| ALL_CAPS.iter().position(|x| x == c));
+    Ok(set.into_iter().map(String::from).collect())
+}
+
+/// The sandbox's network sysctls (containerd's `enable_unprivileged_icmp`): any group may open
+/// ICMP datagram sockets, so `ping` works without CAP_NET_RAW.
+pub const SANDBOX_SYSCTLS: &[(&str, &str)] = &[("net.ipv4.ping_group_range", "0 2147483647")];
 
 /// containerd's masked and read-only paths, and `/proc/cmdline`: the node's kernel command line
 /// may carry a join token, and no pod needs it.
@@ -97,6 +198,7 @@ pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
         ],
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "mount"}],
+            "sysctl": SANDBOX_SYSCTLS.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "cgroupsPath": cgroup,
             "resources": {"cpu": {"shares": 2}},
             "maskedPaths": MASKED_PATHS,
@@ -152,7 +254,8 @@ pub fn numeric_user(user: &str) -> Option<(u32, Option<u32>)> {
     Some((uid, gid))
 }
 
-/// A container's spec. `oom_score_adj` and the cgroup path are computed by the caller.
+/// A container's spec. `oom_score_adj`, the cgroup path and the capability set
+/// ([`capabilities`]) are computed by the caller.
 pub fn container(
     cfg: &ContainerConfig,
     image: &ImageConfig,
@@ -160,6 +263,7 @@ pub fn container(
     cgroup: &str,
     oom_score_adj: i32,
     user: (u32, u32),
+    caps: &[String],
 ) -> Value {
     let r: &Resources = &cfg.resources;
     let mut cpu = json!({"shares": cgroups::cpu_shares(r.effective_cpu_request().unwrap_or(0)), "period": cgroups::CPU_PERIOD});
@@ -205,7 +309,7 @@ pub fn container(
             "args": process_args(cfg, image),
             "env": environment(cfg, image),
             "cwd": cwd,
-            "capabilities": {"bounding": DEFAULT_CAPS, "effective": DEFAULT_CAPS, "permitted": DEFAULT_CAPS},
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
             "noNewPrivileges": cfg.no_new_privileges || seccomp,
             "oomScoreAdj": oom_score_adj,
         },
@@ -281,7 +385,8 @@ mod tests {
             },
             ..Default::default()
         };
-        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, (0, 0));
+        let caps = capabilities(&[], &[]).expect("defaults");
+        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, (0, 0), &caps);
         assert_eq!(
             s["linux"]["resources"]["cpu"],
             json!({"shares": 102, "quota": 50000, "period": 100000})
@@ -301,5 +406,66 @@ mod tests {
                 .expect("caps")
                 .contains(&json!("CAP_MKNOD"))
         );
+    }
+
+    #[test]
+    fn capabilities_follow_containerd_order() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let defaults = capabilities(&[], &[]).expect("defaults");
+        assert_eq!(defaults.len(), DEFAULT_CAPS.len());
+        assert!(!defaults.contains(&"CAP_NET_RAW".to_string()));
+        assert!(!defaults.contains(&"CAP_MKNOD".to_string()));
+        // (add, drop, what must be in, what must be out)
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+        let cases: &[Case] = &[
+            (&["NET_RAW"], &[], &["CAP_NET_RAW", "CAP_CHOWN"], &[]),
+            (
+                &["net_admin", "CAP_SYS_TIME"],
+                &["chown"],
+                &["CAP_NET_ADMIN", "CAP_SYS_TIME"],
+                &["CAP_CHOWN"],
+            ),
+            (
+                &["NET_BIND_SERVICE"],
+                &["ALL"],
+                &["CAP_NET_BIND_SERVICE"],
+                &["CAP_CHOWN", "CAP_KILL"],
+            ),
+            (
+                &["ALL"],
+                &["SYS_ADMIN"],
+                &["CAP_BPF", "CAP_NET_RAW"],
+                &["CAP_SYS_ADMIN", "CAP_MKNOD"],
+            ),
+        ];
+        for (add, drop, has, lacks) in cases {
+            let got = capabilities(&v(add), &v(drop)).expect("valid");
+            for c in *has {
+                assert!(
+                    got.contains(&c.to_string()),
+                    "{add:?} {drop:?}: {c} missing from {got:?}"
+                );
+            }
+            for c in *lacks {
+                assert!(!got.contains(&c.to_string()), "{add:?} {drop:?}: {c} in {got:?}");
+            }
+        }
+        assert_eq!(
+            capabilities(&[], &v(&["ALL"])).expect("none"),
+            Vec::<String>::new()
+        );
+        // Kernel order, whatever the order asked.
+        let got = capabilities(&v(&["SYS_TIME", "NET_ADMIN"]), &v(&["ALL"])).expect("valid");
+        assert_eq!(got, ["CAP_NET_ADMIN", "CAP_SYS_TIME"]);
+        let err = capabilities(&v(&["FLY"]), &[]).expect_err("unknown");
+        assert!(err.contains("unknown capability \"FLY\""), "{err}");
+        let err = capabilities(&v(&["MKNOD"]), &[]).expect_err("mknod");
+        assert!(err.contains("cannot be granted"), "{err}");
+    }
+
+    #[test]
+    fn sandboxes_allow_unprivileged_ping() {
+        let s = sandbox("h", "/k/p");
+        assert_eq!(s["linux"]["sysctl"]["net.ipv4.ping_group_range"], "0 2147483647");
     }
 }

@@ -94,3 +94,50 @@ pub fn exit_child(code: i32) -> ! {
     // SAFETY: `_exit` takes an integer, never returns and touches no memory of this process.
     unsafe { libc::_exit(code) }
 }
+
+/// Runs a libcontainer build with this process's `oom_score_adj` set to `child` (None: left to
+/// libcontainer) and puts the runtime's own score back afterwards.
+///
+/// libcontainer writes a new container's score into the *calling* process before it forks the
+/// container (its `builder_impl`), and a process started in a running container (tenant
+/// builder) inherits the caller's score. Without this the runtime (−999, the node daemons'
+/// score) would take the score of the last container it created, 1000 for a BestEffort one,
+/// and an exec would run at whatever that was instead of its container's score.
+pub fn with_child_oom_score<T>(child: Option<i32>, build: impl FnOnce() -> T) -> T {
+    const OWN: &str = "/proc/self/oom_score_adj";
+    let own = std::fs::read_to_string(OWN).ok();
+    if let Some(adj) = child
+        && let Err(e) = std::fs::write(OWN, adj.to_string())
+    {
+        tracing::warn!(error = %e, adj, "cannot give the new process its oom_score_adj");
+    }
+    let out = build();
+    if let Some(own) = own
+        && let Err(e) = std::fs::write(OWN, own.trim())
+    {
+        tracing::warn!(error = %e, "cannot restore the runtime's oom_score_adj");
+    }
+    out
+}
+
+/// A process's `oom_score_adj`.
+pub fn oom_score_adj(pid: i32) -> io::Result<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "oom_score_adj is not a number"))
+}
+
+/// `syscall(2)` with two integer arguments, returning its errno (0 on success): the seccomp
+/// tests make calls no safe wrapper exposes (x32 numbers, io_uring).
+#[cfg(test)]
+pub fn syscall_errno(nr: i64, a: u64, b: u64) -> i32 {
+    // SAFETY: the callers pass calls whose arguments are integers (no pointers), so the kernel
+    // reads and writes no memory of this process.
+    let rc = unsafe { libc::syscall(nr, a, b, 0u64, 0u64) };
+    if rc == -1 {
+        io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
+}

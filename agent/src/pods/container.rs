@@ -167,6 +167,14 @@ pub fn container_config(
         oom_score_adj: kcore::qos::container_oom_score_adj(pod, c, node.memory),
         read_only_root_filesystem: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
         no_new_privileges: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        capabilities_add: sc
+            .and_then(|s| s.capabilities.as_ref())
+            .and_then(|c| c.add.clone())
+            .unwrap_or_default(),
+        capabilities_drop: sc
+            .and_then(|s| s.capabilities.as_ref())
+            .and_then(|c| c.drop.clone())
+            .unwrap_or_default(),
         log_path: Some(format!("{}/{restarts}.log", c.name)),
         ..ContainerConfig::default()
     }

@@ -317,7 +317,21 @@ fn cgroup_values(s: &mut Suite) -> R {
         "cpu.weight",
         &cgroups::slice_weight(cgroups::cpu_shares(cpus * 1000)).to_string(),
     )?;
-    check_cg(cgroups::KUBEPODS, "memory.max", &node_mem.to_string())?;
+    check_cg(
+        cgroups::KUBEPODS,
+        "memory.max",
+        &kcore::allocatable::kubepods_memory_max(node_mem).to_string(),
+    )?;
+    let pid_max: u64 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .map_err(e("pid_max"))?
+        .trim()
+        .parse()
+        .map_err(e("pid_max"))?;
+    check_cg(
+        cgroups::KUBEPODS,
+        "pids.max",
+        &kcore::allocatable::kubepods_pids_max(pid_max).to_string(),
+    )?;
     check_cg("/kubepods.slice/kubepods-besteffort.slice", "cpu.weight", "1")?;
     check_cg("/kubepods.slice/kubepods-besteffort.slice", "memory.max", "max")?;
 
@@ -513,7 +527,30 @@ fn cgroup_values(s: &mut Suite) -> R {
     ensure(oom_adj(pid_of(&c)?)? == "1000", || {
         "besteffort oom_score_adj".into()
     })?;
+    // libcontainer writes each new container's score into the runtime process before it forks;
+    // the runtime keeps its own (the node daemons' −999) all the same.
+    let own = oom_adj(runtime_pid()?)?;
+    ensure(own == kcore::qos::NODE_DAEMON_OOM_SCORE_ADJ.to_string(), || {
+        format!("the runtime's oom_score_adj is {own} after creating a BestEffort container")
+    })?;
     s.remove_pod(&sb)
+}
+
+/// The runtime service's pid: the process running `<node binary> runtime` whose parent is
+/// PID 1 (its forked pull helpers have the same command line).
+fn runtime_pid() -> R<i32> {
+    for entry in fs::read_dir("/proc").map_err(e("/proc"))?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let is_runtime = cmdline.split(|b| *b == 0).nth(1) == Some(b"runtime".as_slice());
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if is_runtime && status.lines().any(|l| l.split_whitespace().eq(["PPid:", "1"])) {
+            return Ok(pid);
+        }
+    }
+    Err("no runtime process".into())
 }
 
 fn oom_killed(s: &mut Suite) -> R {
@@ -665,14 +702,15 @@ fn filesystem(s: &mut Suite) -> R {
     })?;
     let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
     let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
-    // /proc/kcore and /proc/cmdline are masked; CapEff: containerd's defaults without CAP_MKNOD.
+    // /proc/kcore and /proc/cmdline are masked; CapEff: containerd's defaults without CAP_MKNOD
+    // and CAP_NET_RAW.
     let want = [
         "keep",
         "new",
         "READONLY",
         "0",
         "0",
-        "CapEff:\t00000000a00425fb",
+        "CapEff:\t00000000a00405fb",
         "0",
     ];
     let got: Vec<&str> = log.lines().collect();
@@ -697,6 +735,39 @@ fn filesystem(s: &mut Suite) -> R {
         log.lines().take(2).collect::<Vec<_>>() == ["65534", "65534"],
         || log.clone(),
     )?;
+    // securityContext.capabilities: NET_RAW added back, CHOWN dropped (bit 0 off, bit 13 on).
+    let c = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "caps".into(),
+            image: s.image("busybox:1"),
+            command: vec!["sh".into(), "-c".into(), "grep CapEff /proc/self/status".into()],
+            run_as_user: Some(0),
+            capabilities_add: vec!["NET_RAW".into()],
+            capabilities_drop: vec!["chown".into()],
+            ..Default::default()
+        },
+    )?;
+    let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+    let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+    ensure(log.trim() == "CapEff:\t00000000a00425fa", || log.clone())?;
+    // MKNOD cannot be granted (no device cgroup); an unknown name is refused.
+    for (add, want) in [("MKNOD", "cannot be granted"), ("FLY", "unknown capability")] {
+        let r = s.client.create_container(
+            &sb.id,
+            ContainerConfig {
+                name: "nocaps".into(),
+                image: s.image("busybox:1"),
+                capabilities_add: vec![add.into()],
+                ..Default::default()
+            },
+        );
+        ensure(
+            r.as_ref()
+                .is_err_and(|x| x.kind() == ErrorKind::Invalid && x.to_string().contains(want)),
+            || format!("{add}: {r:?}"),
+        )?;
+    }
     s.remove_pod(&sb)
 }
 
@@ -814,6 +885,18 @@ fn exec_sync(s: &mut Suite) -> R {
         r.exit_code == 7 && r.stdout == b"out\n" && r.stderr == b"err\n",
         || format!("{r:?}"),
     )?;
+    // An exec runs at its container's oom_score_adj, not at the runtime's −999.
+    let adj = s
+        .client
+        .exec_sync(&c.id, sh("cat /proc/self/oom_score_adj"), None)
+        .map_err(e("exec sync oom_score_adj"))?;
+    let want = format!("{}\n", oom_adj(pid_of(&c)?)?);
+    ensure(adj.stdout == want.as_bytes() && want != "-999\n", || {
+        format!(
+            "exec oom_score_adj {:?}, container {want:?}",
+            String::from_utf8_lossy(&adj.stdout)
+        )
+    })?;
     let big = s
         .client
         .exec_sync(&c.id, sh("head -c 3000000 /dev/zero"), None)

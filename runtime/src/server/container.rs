@@ -37,6 +37,8 @@ impl Runtime {
             )));
         }
         validate_container(&config)?;
+        let caps = spec::capabilities(&config.capabilities_add, &config.capabilities_drop)
+            .map_err(|e| RuntimeError::Invalid(format!("container {}: {e}", config.name)))?;
         let image = self.images.get(&config.image)?.ok_or_else(|| {
             RuntimeError::NotFound(format!("image {} is not present on this node", config.image))
         })?;
@@ -101,6 +103,7 @@ impl Runtime {
                 &cgroup,
                 config.oom_score_adj,
                 user,
+                &caps,
             );
             fs::write(dir.join("config.json"), s.to_string())
                 .map_err(io_ctx("writing the container spec"))?;
@@ -112,22 +115,24 @@ impl Runtime {
                 set_nonblocking(r)?;
             }
             let stdin = fs::File::open("/dev/null").map_err(io_ctx("/dev/null"))?;
-            let c = ContainerBuilder::new(id.clone(), SyscallType::default())
-                .with_root_path(&self.youki_root)
-                .map_err(lc_err("container state root"))?
-                .with_executor(SeccompExecutor {
-                    profile: config.seccomp,
-                })
-                .with_stdin(stdin)
-                .with_stdout(out_w)
-                .with_stderr(err_w)
-                .validate_id()
-                .map_err(lc_err("container id"))?
-                .as_init(&dir)
-                .with_systemd(false)
-                .with_detach(true)
-                .build()
-                .map_err(lc_err(format!("creating container {}", config.name)))?;
+            let c = crate::sys::with_child_oom_score(None, || {
+                ContainerBuilder::new(id.clone(), SyscallType::default())
+                    .with_root_path(&self.youki_root)
+                    .map_err(lc_err("container state root"))?
+                    .with_executor(SeccompExecutor {
+                        profile: config.seccomp,
+                    })
+                    .with_stdin(stdin)
+                    .with_stdout(out_w)
+                    .with_stderr(err_w)
+                    .validate_id()
+                    .map_err(lc_err("container id"))?
+                    .as_init(&dir)
+                    .with_systemd(false)
+                    .with_detach(true)
+                    .build()
+                    .map_err(lc_err(format!("creating container {}", config.name)))
+            })?;
             let pid = c
                 .pid()
                 .map(|p| p.as_raw())

@@ -138,20 +138,28 @@ impl Runtime {
             return Err(RuntimeError::Invalid("exec needs a command".into()));
         }
         let [inp, out, err] = stdio;
-        ContainerBuilder::new(id.to_string(), SyscallType::default())
-            .with_root_path(&self.youki_root)
-            .map_err(lc_err("container state root"))?
-            .with_executor(SeccompExecutor {
-                profile: c.rec.profile,
-            })
-            .with_stdin(inp)
-            .with_stdout(out)
-            .with_stderr(err)
-            .as_tenant()
-            .with_container_args(command)
-            .with_detach(true)
-            .build()
-            .map_err(lc_err(format!("exec in container {id}")))
+        // The exec runs at its container's score (NODE-45), not the runtime's.
+        let adj = c
+            .rec
+            .status
+            .pid
+            .and_then(|pid| crate::sys::oom_score_adj(pid).ok());
+        crate::sys::with_child_oom_score(adj, || {
+            ContainerBuilder::new(id.to_string(), SyscallType::default())
+                .with_root_path(&self.youki_root)
+                .map_err(lc_err("container state root"))?
+                .with_executor(SeccompExecutor {
+                    profile: c.rec.profile,
+                })
+                .with_stdin(inp)
+                .with_stdout(out)
+                .with_stderr(err)
+                .as_tenant()
+                .with_container_args(command)
+                .with_detach(true)
+                .build()
+                .map_err(lc_err(format!("exec in container {id}")))
+        })
     }
 
     /// An exec's process ended: its exit code goes to whoever waits (or is kept until asked).

@@ -138,7 +138,15 @@ impl Runtime {
         }
         let tree = Tree::new(&opts.cgroup_root);
         let (cpu, mem) = state::node_capacity();
-        tree.setup_node(cpu, mem)?;
+        let pid_max = fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(32_768);
+        tree.setup_node(
+            cpu,
+            kcore::allocatable::kubepods_memory_max(mem),
+            kcore::allocatable::kubepods_pids_max(pid_max),
+        )?;
         // Only reads here: the pull children open the store with the registries' trust.
         let no_network = crate::image::http::Client::new(b"").map_err(|e| RuntimeError::Io {
             what: "registry client".into(),

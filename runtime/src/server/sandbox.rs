@@ -114,19 +114,21 @@ impl Runtime {
                 .open("/dev/null")
                 .map_err(io_ctx("/dev/null"))
         };
-        let mut c = ContainerBuilder::new(id.to_string(), SyscallType::default())
-            .with_root_path(&self.youki_root)
-            .map_err(lc_err("sandbox state root"))?
-            .with_stdin(devnull()?)
-            .with_stdout(devnull()?)
-            .with_stderr(devnull()?)
-            .validate_id()
-            .map_err(lc_err("sandbox id"))?
-            .as_init(&bundle)
-            .with_systemd(false)
-            .with_detach(true)
-            .build()
-            .map_err(lc_err("creating the pause container"))?;
+        let mut c = crate::sys::with_child_oom_score(None, || {
+            ContainerBuilder::new(id.to_string(), SyscallType::default())
+                .with_root_path(&self.youki_root)
+                .map_err(lc_err("sandbox state root"))?
+                .with_stdin(devnull()?)
+                .with_stdout(devnull()?)
+                .with_stderr(devnull()?)
+                .validate_id()
+                .map_err(lc_err("sandbox id"))?
+                .as_init(&bundle)
+                .with_systemd(false)
+                .with_detach(true)
+                .build()
+                .map_err(lc_err("creating the pause container"))
+        })?;
         let pid = c
             .pid()
             .map(|p| p.as_raw())
