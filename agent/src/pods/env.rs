@@ -126,6 +126,10 @@ pub enum EnvError {
         namespace: String,
         name: String,
     },
+    /// A ConfigMap/Secret that could not be read (not one that does not exist): the kubelet's
+    /// text when its cache cannot answer.
+    #[error("failed to sync {} cache: {reason}", .of.lower())]
+    Sync { of: Source, reason: String },
     #[error("unsupported fieldPath: {0}")]
     UnsupportedField(String),
     #[error("unsupported container resource: {0}")]

@@ -94,6 +94,10 @@ pub enum VolumeError {
     Reference(#[from] EnvError),
     #[error("{} references non-existent config key: {key}", .of.lower())]
     MissingKey { of: Source, key: String },
+    /// A source read that failed (a timeout, not a missing object): the volume keeps what it
+    /// holds.
+    #[error("failed to sync {} cache: {reason}", .of.lower())]
+    Sync { of: Source, reason: String },
     #[error("invalid path {0:?}")]
     InvalidPath(String),
     #[error("{0}: resourceFieldRef in volumes is not supported yet")]
@@ -354,25 +358,34 @@ pub fn tokens_wanted(v: &Volume) -> Vec<TokenWanted> {
 pub fn references(pod: &Pod) -> (Vec<String>, Vec<String>) {
     let (mut cms, mut secrets) = (Vec::new(), Vec::new());
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        if let Some(c) = &v.config_map {
-            cms.push(c.name.clone());
-        }
-        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-            secrets.push(s);
-        }
-        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-            if let Some(c) = &src.config_map {
-                cms.push(c.name.clone());
-            }
-            if let Some(s) = &src.secret {
-                secrets.push(s.name.clone());
-            }
-        }
+        let (c, s) = volume_references(v);
+        cms.extend(c);
+        secrets.extend(s);
     }
     cms.sort();
     cms.dedup();
     secrets.sort();
     secrets.dedup();
+    (cms, secrets)
+}
+
+/// The ConfigMaps and Secrets one volume is made from (names, unsorted).
+pub fn volume_references(v: &Volume) -> (Vec<String>, Vec<String>) {
+    let (mut cms, mut secrets) = (Vec::new(), Vec::new());
+    if let Some(c) = &v.config_map {
+        cms.push(c.name.clone());
+    }
+    if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+        secrets.push(s);
+    }
+    for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+        if let Some(c) = &src.config_map {
+            cms.push(c.name.clone());
+        }
+        if let Some(s) = &src.secret {
+            secrets.push(s.name.clone());
+        }
+    }
     (cms, secrets)
 }
 
@@ -778,5 +791,32 @@ mod tests {
             (dir.path().join("sub"), true)
         );
         assert!(dir.path().join("sub").is_dir());
+    }
+
+    /// A source that could not be read is not a missing one: the kubelet's cache text, and the
+    /// volumes it affects are only those made from sources.
+    #[test]
+    fn unreadable_sources_say_so() {
+        let e = MountError {
+            volume: "conf".into(),
+            source: VolumeError::Sync {
+                of: Source::ConfigMap,
+                reason: "no answer within 60s".into(),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "MountVolume.SetUp failed for volume \"conf\" : failed to sync configmap cache: no answer within 60s"
+        );
+        let v: Volume =
+            serde_json::from_value(serde_json::json!({"name": "scratch", "emptyDir": {}})).expect("volume");
+        assert_eq!(volume_references(&v), (Vec::new(), Vec::new()));
+        let v: Volume = serde_json::from_value(serde_json::json!({"name": "p", "projected": {"sources": [
+            {"configMap": {"name": "kube-root-ca.crt"}}, {"secret": {"name": "s"}}]}}))
+        .expect("volume");
+        assert_eq!(
+            volume_references(&v),
+            (vec!["kube-root-ca.crt".to_string()], vec!["s".to_string()])
+        );
     }
 }

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
-use super::env;
+use super::env::{self, EnvError, Source};
 use super::events::{self, Event};
 use super::hooks::{self, Hook};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
@@ -542,8 +542,10 @@ impl Worker {
             return c.start_backoff.retry_at();
         }
         let dirs = self.volumes.clone().unwrap_or_default();
-        let sources = self.sources(pod, &spec).await;
-        let cfg = env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref())
+        let cfg = self
+            .sources(pod, &spec)
+            .await
+            .and_then(|sources| env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref()))
             .map_err(StartError::from)
             .and_then(|env| {
                 let mut cfg = container::container_config(pod, &spec, restarts, &node, &env);
@@ -722,45 +724,55 @@ impl Worker {
 
     /// The ConfigMaps and Secrets container `c` refers to, from the API (through the Node
     /// authorizer: a node reads only what its pods use).
-    async fn sources(&self, pod: &Pod, c: &Container) -> env::Sources {
+    async fn sources(&self, pod: &Pod, c: &Container) -> Result<env::Sources, EnvError> {
         let (cms, secrets) = env::references(c);
         self.fetch(pod, cms, secrets).await
     }
 
-    /// ConfigMaps and Secrets of the pod's namespace by name (None for those that do not exist).
-    async fn fetch(&self, pod: &Pod, cms: Vec<String>, secrets: Vec<String>) -> env::Sources {
+    /// ConfigMaps and Secrets of the pod's namespace by name (None for those that do not
+    /// exist). Any other failure to read one is an error: an object that could not be read is
+    /// not an object that does not exist (an optional one would be taken for absent and its
+    /// volume emptied).
+    async fn fetch(
+        &self,
+        pod: &Pod,
+        cms: Vec<String>,
+        secrets: Vec<String>,
+    ) -> Result<env::Sources, EnvError> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut out = env::Sources::default();
+        let failed = |of: Source, name: &str, e: kube::Error| {
+            tracing::warn!(kind = of.kind(), %name, error = %e, "reading a pod's source failed");
+            EnvError::Sync {
+                of,
+                reason: e.to_string(),
+            }
+        };
         let cm_api: kube::Api<ConfigMap> = kube::Api::namespaced(self.ctx.client.clone(), ns);
         for name in cms {
-            let data = match cm_api.get_opt(&name).await {
-                Ok(cm) => cm.map(|cm| cm.data.unwrap_or_default()),
-                Err(e) => {
-                    tracing::warn!(configmap = %name, error = %e, "reading a ConfigMap failed");
-                    None
-                }
-            };
-            out.config_maps
-                .insert(name, data.map(|d| d.into_iter().collect()));
+            let data = cm_api
+                .get_opt(&name)
+                .await
+                .map_err(|e| failed(Source::ConfigMap, &name, e))?
+                .map(|cm| cm.data.unwrap_or_default().into_iter().collect());
+            out.config_maps.insert(name, data);
         }
         let secret_api: kube::Api<Secret> = kube::Api::namespaced(self.ctx.client.clone(), ns);
         for name in secrets {
-            let data = match secret_api.get_opt(&name).await {
-                Ok(s) => s.map(|s| {
+            let data = secret_api
+                .get_opt(&name)
+                .await
+                .map_err(|e| failed(Source::Secret, &name, e))?
+                .map(|s| {
                     s.data
                         .unwrap_or_default()
                         .into_iter()
                         .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
                         .collect()
-                }),
-                Err(e) => {
-                    tracing::warn!(secret = %name, error = %e, "reading a Secret failed");
-                    None
-                }
-            };
+                });
             out.secrets.insert(name, data);
         }
-        out
+        Ok(out)
     }
 
     /// Sets up (or brings up to date) every volume of the pod; the first failure is the
@@ -768,18 +780,32 @@ impl Worker {
     async fn set_up_volumes(&mut self, pod: &Pod) -> Result<(), MountError> {
         self.volumes_at = Some(Instant::now());
         let (cms, secrets) = volumes::references(pod);
-        let sources = self.fetch(pod, cms, secrets).await;
+        let fetched = self.fetch(pod, cms, secrets).await;
+        let empty = env::Sources::default();
+        let sources = fetched.as_ref().unwrap_or(&empty);
         let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
         let node_ip = self.ctx.node.node_ip.clone();
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         let mut dirs = BTreeMap::new();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            let set_up = match self.tokens_for(pod, v).await {
-                Ok(tokens) => {
-                    volumes::files(pod, v, &sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
-                        .and_then(|content| volumes::set_up(&pod_dir, v, &content))
-                }
-                Err(e) => Err(e),
+            // A volume made from a source that could not be read is left as it is.
+            let uses_sources = volumes::volume_references(v) != (Vec::new(), Vec::new());
+            let unreadable = match &fetched {
+                Err(EnvError::Sync { of, reason }) if uses_sources => Some(VolumeError::Sync {
+                    of: *of,
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            };
+            let set_up = match unreadable {
+                Some(e) => Err(e),
+                None => match self.tokens_for(pod, v).await {
+                    Ok(tokens) => {
+                        volumes::files(pod, v, sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
+                            .and_then(|content| volumes::set_up(&pod_dir, v, &content))
+                    }
+                    Err(e) => Err(e),
+                },
             };
             match set_up {
                 Ok(dir) => {
