@@ -45,13 +45,13 @@ fn events(log: &Path, resource: &str, name: &str, want: usize) -> Vec<Value> {
     }
 }
 
-#[test]
-fn the_policy_decides_what_is_recorded() {
+/// A control plane auditing with `policy`, its log's path, and the directory holding both.
+fn audited(policy: &str) -> (TestCluster, std::path::PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).expect("policy");
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, policy).expect("policy");
     let log = dir.path().join("audit.log");
-    let (p, l) = (policy.display().to_string(), log.display().to_string());
+    let (p, l) = (policy_file.display().to_string(), log.display().to_string());
     let c = TestCluster::start(
         bin(),
         &[
@@ -64,6 +64,12 @@ fn the_policy_decides_what_is_recorded() {
         ],
         &[],
     );
+    (c, log, dir)
+}
+
+#[test]
+fn the_policy_decides_what_is_recorded() {
+    let (c, log, _dir) = audited(POLICY);
     c.kubectl(&["create", "secret", "generic", "s", "--from-literal=k=topsecret"]);
     c.kubectl(&["get", "secret", "s"]);
     c.kubectl(&["create", "configmap", "cm", "--from-literal=colour=blue"]);
@@ -114,26 +120,8 @@ fn the_policy_decides_what_is_recorded() {
 /// policy's.
 #[test]
 fn request_received_comes_first_unless_omitted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
+    let (c, log, _dir) = audited(
         "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n  resources:\n  - group: \"\"\n    resources: [secrets]\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n- level: None\n",
-    )
-    .expect("policy");
-    let log = dir.path().join("audit.log");
-    let (p, l) = (policy.display().to_string(), log.display().to_string());
-    let c = TestCluster::start(
-        bin(),
-        &[
-            "--no-scheduler",
-            "--no-controllers",
-            "--audit-policy-file",
-            &p,
-            "--audit-log-path",
-            &l,
-        ],
-        &[],
     );
     c.kubectl(&["create", "configmap", "cm", "--from-literal=a=1"]);
     c.kubectl(&["get", "configmap", "cm"]);

@@ -10,8 +10,9 @@ use runtime_api::{ContainerConfig, Mount, Resources};
 
 /// containerd's default capability set minus CAP_NET_RAW and CAP_MKNOD. NET_RAW (raw and packet
 /// sockets: spoofing, ARP poisoning on the pod bridge) is what most container escapes and
-/// lateral attacks start from, and pods still ping through ICMP datagram sockets
-/// (`net.ipv4.ping_group_range` is open in every sandbox); a pod that needs it adds it. MKNOD:
+/// lateral attacks start from; pings through ICMP datagram sockets work without it
+/// (`net.ipv4.ping_group_range` is open in every sandbox), and a pod whose tool needs a raw
+/// socket (Debian's busybox 1.35 `ping` has no datagram fallback) adds it. MKNOD:
 /// device access is not restricted by a device cgroup here (libcgroups' v2 device controller
 /// needs eBPF through a C library we do not link), so containers may not create device nodes
 /// at all, not even when they ask.

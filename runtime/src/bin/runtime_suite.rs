@@ -227,12 +227,27 @@ fn pod_network(s: &mut Suite) -> R {
         ip_a != ip_b && ip_a.starts_with("10.244.0.") && ip_b.starts_with("10.244.0."),
         || format!("{ip_a} {ip_b}"),
     )?;
+    // Debian's busybox 1.35 pings through a raw socket only (no fallback to ICMP datagram
+    // sockets), so this probe adds back the NET_RAW the defaults leave out; the sandbox's
+    // ping_group_range is what lets datagram-socket pings work without it.
     let script = format!(
-        "ip -4 -o addr show eth0; ip route; ping -c 1 -W 5 {ip_a} >/dev/null && echo PING_OK; ip -o link show lo"
+        "ip -4 -o addr show eth0; ip route; ping -c 1 -W 5 {ip_a} >/dev/null && echo PING_OK; ip -o link show lo; echo range $(cat /proc/sys/net/ipv4/ping_group_range)"
     );
-    let c = s.container(&b, "probe", &script, Resources::default())?;
+    let c = s.container_with(
+        &b,
+        ContainerConfig {
+            name: "probe".into(),
+            image: s.image("busybox:1"),
+            command: vec!["sh".into(), "-c".into(), script],
+            capabilities_add: vec!["NET_RAW".into()],
+            ..Default::default()
+        },
+    )?;
     let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
     let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+    ensure(log.contains("range 0 2147483647"), || {
+        format!("ping_group_range not open in the sandbox: {log}")
+    })?;
     ensure(log.contains(&format!("inet {ip_b}/24")), || {
         format!("eth0 address: {log}")
     })?;
