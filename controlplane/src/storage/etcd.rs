@@ -29,10 +29,19 @@ pub struct EtcdStore {
 
 /// TLS to etcd: the CA its serving certificate must chain to, and the client certificate and
 /// key (PEM) to present.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EtcdTls {
     pub ca_pem: String,
     pub client: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Longest wait for etcd's answer to one request (watches excepted: their answer streams).
