@@ -110,6 +110,14 @@ fn tune<R>(http: &mut HttpConnector<R>) {
     http.set_connect_timeout(Some(Duration::from_secs(10)));
 }
 
+/// How long an idle pooled connection may be reused: below the servers' 30 s header-read
+/// timeout (`transport::server::Limits`), which also closes idle keep-alive connections. A
+/// node reaches the API server through QEMU's guestfwd relay, which does not always pass the
+/// server's close on to the guest: a connection kept longer was reused dead, and every request
+/// on it waited out the 60 s response timeout (seen as minutes of `request timed out` reads
+/// after the agent-restart VM test's last restart).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
 fn pooled<C, B>(connector: C) -> hyper_util::client::legacy::Client<C, B>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone,
@@ -117,7 +125,7 @@ where
     B::Data: Send,
 {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .build(connector)
 }
 
