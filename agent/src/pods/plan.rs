@@ -88,7 +88,9 @@ impl Ctr {
 
     /// Whether an instance of this container ran before (so the next start is a restart).
     pub fn ever_ran(&self) -> bool {
-        self.current.is_some() || self.last.is_some() || self.restarts > 0
+        self.current.as_ref().is_some_and(|i| i.run != Run::Created)
+            || self.last.is_some()
+            || self.restarts > 0
     }
 }
 
@@ -225,7 +227,12 @@ pub fn plan(spec: &PodSpec, obs: &Observed, now: SystemTime) -> Plan {
                 start(&mut plan, &c.name, seen, now);
                 return plan;
             }
-            Some(Run::Created) => return plan,
+            // Created and never started: an agent that died between the two (the start runs
+            // right after the create within one life). Start it (a new instance replaces it).
+            Some(Run::Created) => {
+                start(&mut plan, &c.name, seen, now);
+                return plan;
+            }
             Some(Run::Running { .. }) if sidecar => {}
             Some(Run::Running { .. }) => return plan,
             Some(Run::Exited(t)) if !sidecar && t.exit_code == 0 => {}
@@ -244,7 +251,8 @@ pub fn plan(spec: &PodSpec, obs: &Observed, now: SystemTime) -> Plan {
     for c in &spec.containers {
         let seen = obs.containers.get(&c.name);
         match seen.and_then(Ctr::run) {
-            None => start(&mut plan, &c.name, seen, now),
+            // Created and never started (see the init containers above): start it.
+            None | Some(Run::Created) => start(&mut plan, &c.name, seen, now),
             Some(Run::Exited(t)) if restarts_after(policy, t.exit_code) => {
                 if let Some(seen) = seen {
                     restart(&mut plan, &c.name, seen, t, now);
@@ -342,6 +350,15 @@ pub(super) mod tests {
             .collect()
     }
 
+    /// A start of a container whose only instance never ran is its first start, not a restart.
+    #[test]
+    fn a_created_instance_has_not_run() {
+        assert!(!instance(Run::Created).ever_ran());
+        assert!(running().ever_ran());
+        assert!(exited(0, 5).ever_ran());
+        assert!(!Ctr::default().ever_ran());
+    }
+
     #[test]
     fn steps_follow_the_kubelets_order() {
         let init = [container("init-a"), container("init-b")];
@@ -386,6 +403,20 @@ pub(super) mod tests {
                 spec("Always", &[], &["a", "b"]),
                 observed(sandbox(true), &[]),
                 starts(&["a", "b"]),
+                None,
+            ),
+            (
+                "a container created but never started (the agent died in between) is started",
+                spec("Always", &[], &["a", "b"]),
+                observed(sandbox(true), &[("a", instance(Run::Created)), ("b", running())]),
+                starts(&["a"]),
+                None,
+            ),
+            (
+                "so is such an init container, before anything after it",
+                spec("Always", &init, &["main"]),
+                observed(sandbox(true), &[("init-a", instance(Run::Created))]),
+                starts(&["init-a"]),
                 None,
             ),
             (
