@@ -77,12 +77,23 @@ const ALL_CAPS: &[&str] = &[
     "CAP_CHECKPOINT_RESTORE",
 ];
 
+/// A capability list [`capabilities`] refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum CapabilityError {
+    #[error("unknown capability {0:?}")]
+    Unknown(String),
+    #[error(
+        "capability \"MKNOD\" cannot be granted on this node (device nodes are not confined by a device cgroup)"
+    )]
+    Mknod,
+}
+
 /// A container's capability set from `securityContext.capabilities` (names with or without the
 /// `CAP_` prefix, any case), as containerd's CRI plugin builds it: the defaults, then `ALL`
 /// added, then `ALL` dropped, then each other add, then each other drop. An unknown name, or
 /// MKNOD (see [`DEFAULT_CAPS`]), is an error naming it.
-pub fn capabilities(add: &[String], drop: &[String]) -> Result<Vec<String>, String> {
-    let norm = |name: &str| -> Result<Option<&'static str>, String> {
+pub fn capabilities(add: &[String], drop: &[String]) -> Result<Vec<String>, CapabilityError> {
+    let norm = |name: &str| -> Result<Option<&'static str>, CapabilityError> {
         let upper = name.trim().to_ascii_uppercase();
         if upper == "ALL" {
             return Ok(None);
@@ -96,7 +107,7 @@ pub fn capabilities(add: &[String], drop: &[String]) -> Result<Vec<String>, Stri
             .iter()
             .find(|c| **c == full)
             .map(|c| Some(*c))
-            .ok_or_else(|| format!("unknown capability {name:?}"))
+            .ok_or_else(|| CapabilityError::Unknown(name.to_string()))
     };
     let mut set: Vec<&'static str> = DEFAULT_CAPS.to_vec();
     if add.iter().any(|a| a.trim().eq_ignore_ascii_case("ALL")) {
@@ -108,7 +119,7 @@ pub fn capabilities(add: &[String], drop: &[String]) -> Result<Vec<String>, Stri
     for a in add {
         if let Some(c) = norm(a)? {
             if c == "CAP_MKNOD" {
-                return Err("capability \"MKNOD\" cannot be granted on this node (device nodes are not confined by a device cgroup)".into());
+                return Err(CapabilityError::Mknod);
             }
             if !set.contains(&c) {
                 set.push(c);
@@ -458,9 +469,9 @@ mod tests {
         // Kernel order, whatever the order asked.
         let got = capabilities(&v(&["SYS_TIME", "NET_ADMIN"]), &v(&["ALL"])).expect("valid");
         assert_eq!(got, ["CAP_NET_ADMIN", "CAP_SYS_TIME"]);
-        let err = capabilities(&v(&["FLY"]), &[]).expect_err("unknown");
+        let err = capabilities(&v(&["FLY"]), &[]).expect_err("unknown").to_string();
         assert!(err.contains("unknown capability \"FLY\""), "{err}");
-        let err = capabilities(&v(&["MKNOD"]), &[]).expect_err("mknod");
+        let err = capabilities(&v(&["MKNOD"]), &[]).expect_err("mknod").to_string();
         assert!(err.contains("cannot be granted"), "{err}");
     }
 

@@ -49,6 +49,26 @@ pub enum ConfigError {
     Invalid { index: usize, message: String },
 }
 
+/// What is wrong with one `resources` entry (wrapped in [`ConfigError::Invalid`] with its index).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct EntryError(String);
+
+/// Why a stored value did not decrypt.
+#[derive(Debug, thiserror::Error)]
+enum DecryptError {
+    #[error("the stored data is not a whole number of AES blocks")]
+    NotBlocks,
+    #[error("invalid key or IV length")]
+    KeyLength,
+    #[error("invalid PKCS7 data (empty or not padded)")]
+    Padding,
+    #[error("the stored data is shorter than a nonce and a tag")]
+    Short,
+    #[error("cipher: message authentication failed")]
+    Authentication,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct File {
@@ -134,17 +154,17 @@ where
     Ok(out)
 }
 
-fn cbc_decrypt<C>(key: &[u8], data: &[u8]) -> std::result::Result<Vec<u8>, String>
+fn cbc_decrypt<C>(key: &[u8], data: &[u8]) -> std::result::Result<Vec<u8>, DecryptError>
 where
     C: BlockCipher + BlockDecryptMut + KeyInit,
 {
     if data.len() <= CBC_IV || !(data.len() - CBC_IV).is_multiple_of(16) {
-        return Err("the stored data is not a whole number of AES blocks".into());
+        return Err(DecryptError::NotBlocks);
     }
     let (iv, body) = data.split_at(CBC_IV);
-    let dec = cbc::Decryptor::<C>::new_from_slices(key, iv).map_err(|e| e.to_string())?;
+    let dec = cbc::Decryptor::<C>::new_from_slices(key, iv).map_err(|_| DecryptError::KeyLength)?;
     dec.decrypt_padded_vec_mut::<Pkcs7>(body)
-        .map_err(|_| "invalid PKCS7 data (empty or not padded)".to_string())
+        .map_err(|_| DecryptError::Padding)
 }
 
 fn transform_err(key: &str, e: impl std::fmt::Display) -> StoreError {
@@ -181,7 +201,7 @@ impl Transformer {
     }
 
     /// The plain value, when this transformer's prefix marks `data`.
-    fn decrypt(&self, key: &str, data: &[u8]) -> Option<std::result::Result<Vec<u8>, String>> {
+    fn decrypt(&self, key: &str, data: &[u8]) -> Option<std::result::Result<Vec<u8>, DecryptError>> {
         let body = data.strip_prefix(self.prefix.as_slice())?;
         Some(match &self.cipher {
             None if body.starts_with(ENCRYPTED) => return None,
@@ -191,17 +211,17 @@ impl Transformer {
             Some(Cipher::Cbc256(k)) => cbc_decrypt::<aes::Aes256>(k, body),
             Some(Cipher::Gcm(k)) => {
                 if body.len() < GCM_NONCE + k.algorithm().tag_len() {
-                    return Some(Err("the stored data is shorter than a nonce and a tag".into()));
+                    return Some(Err(DecryptError::Short));
                 }
                 let (nonce, sealed) = body.split_at(GCM_NONCE);
                 let mut buf = sealed.to_vec();
-                let nonce =
-                    aead::Nonce::try_assume_unique_for_key(nonce).map_err(|_| "bad nonce".to_string());
-                nonce.and_then(|nonce| {
-                    k.open_in_place(nonce, aead::Aad::from(key.as_bytes()), &mut buf)
-                        .map(|plain| plain.to_vec())
-                        .map_err(|_| "cipher: message authentication failed".to_string())
-                })
+                aead::Nonce::try_assume_unique_for_key(nonce)
+                    .map_err(|_| DecryptError::Short)
+                    .and_then(|nonce| {
+                        k.open_in_place(nonce, aead::Aad::from(key.as_bytes()), &mut buf)
+                            .map(|plain| plain.to_vec())
+                            .map_err(|_| DecryptError::Authentication)
+                    })
             }
         })
     }
@@ -234,7 +254,7 @@ impl std::fmt::Debug for EncryptionConfig {
 
 /// The store key prefix of a resource pattern (`secrets`, `deployments.apps`, `*.apps`, `*.`,
 /// `*.*`), in the API's key layout `/registry/<group or core>/<plural>/`.
-fn key_prefix(pattern: &str) -> std::result::Result<String, String> {
+fn key_prefix(pattern: &str) -> std::result::Result<String, EntryError> {
     let name_ok = |s: &str| {
         !s.is_empty()
             && s.chars()
@@ -251,40 +271,44 @@ fn key_prefix(pattern: &str) -> std::result::Result<String, String> {
         Some(("*", g)) if group_ok(g) => Ok(format!("/registry/{g}/")),
         Some((r, g)) if name_ok(r) && group_ok(g) => Ok(format!("/registry/{g}/{r}/")),
         None if name_ok(pattern) => Ok(format!("/registry/core/{pattern}/")),
-        _ => Err(format!(
+        _ => Err(EntryError(format!(
             "resource {pattern:?} is not a resource name, resource.group, *.group, *. or *.*"
-        )),
+        ))),
     }
 }
 
-fn decode_key(secret: &str) -> std::result::Result<Vec<u8>, String> {
+fn decode_key(secret: &str) -> std::result::Result<Vec<u8>, EntryError> {
     base64::engine::general_purpose::STANDARD
         .decode(secret.trim())
-        .map_err(|e| format!("secret is not valid base64: {e}"))
+        .map_err(|e| EntryError(format!("secret is not valid base64: {e}")))
 }
 
-fn aes_transformers(kind: &str, keys: &KeysEntry) -> std::result::Result<Vec<Transformer>, String> {
+fn aes_transformers(kind: &str, keys: &KeysEntry) -> std::result::Result<Vec<Transformer>, EntryError> {
     if keys.keys.is_empty() {
-        return Err(format!("{kind}: keys: Required value"));
+        return Err(EntryError(format!("{kind}: keys: Required value")));
     }
     let mut names = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (i, k) in keys.keys.iter().enumerate() {
         if k.name.is_empty() || k.name.contains(':') {
-            return Err(format!(
+            return Err(EntryError(format!(
                 "{kind}.keys[{i}].name: Invalid value: {:?}: key names must be non-empty and contain no ':'",
                 k.name
-            ));
+            )));
         }
         if !names.insert(k.name.as_str()) {
-            return Err(format!("{kind}.keys[{i}].name: Duplicate value: {:?}", k.name));
+            return Err(EntryError(format!(
+                "{kind}.keys[{i}].name: Duplicate value: {:?}",
+                k.name
+            )));
         }
-        let secret = decode_key(&k.secret).map_err(|e| format!("{kind}.keys[{i}].secret: {e}"))?;
+        let secret =
+            decode_key(&k.secret).map_err(|e| EntryError(format!("{kind}.keys[{i}].secret: {e}")))?;
         let wrong = |allowed: &str| {
-            format!(
+            EntryError(format!(
                 "{kind}.keys[{i}].secret: secret is not of the expected length, got {}, expected one of {allowed}",
                 secret.len()
-            )
+            ))
         };
         let cipher = match kind {
             "aescbc" => match secret.len() {
@@ -344,7 +368,7 @@ impl EncryptionConfig {
                 .iter()
                 .map(|r| key_prefix(r))
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(invalid)?;
+                .map_err(|e| invalid(e.0))?;
             let mut transformers = Vec::new();
             for (p, provider) in entry.providers.iter().enumerate() {
                 let set = [
