@@ -35,6 +35,9 @@ pub enum SeccompProfile {
     #[default]
     RuntimeDefault,
     Unconfined,
+    /// `Localhost`: a profile file on the node. This runtime loads none and refuses the
+    /// container (Invalid), so a pod asking for one never runs with another profile.
+    Localhost,
 }
 
 /// A bind mount into a container.
@@ -91,6 +94,10 @@ pub struct ContainerConfig {
     pub capabilities_drop: Vec<String>,
     #[serde(default)]
     pub seccomp: SeccompProfile,
+    /// `securityContext.privileged`: every capability, the node's devices, writable /sys and
+    /// cgroupfs, nothing masked, no seccomp (whatever `seccomp` says, as containerd does).
+    #[serde(default)]
+    pub privileged: bool,
     /// File name of the log under the sandbox's log directory (`<name>/<restart>.log`).
     #[serde(default)]
     pub log_path: Option<String>,

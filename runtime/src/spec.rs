@@ -88,6 +88,77 @@ pub enum CapabilityError {
     Mknod,
 }
 
+/// A privileged container's capability set: every capability, MKNOD included (a privileged
+/// container is the node's root by definition; nothing confines it anyway).
+pub fn privileged_capabilities() -> Vec<String> {
+    ALL_CAPS.iter().map(|c| c.to_string()).collect()
+}
+
+/// A seccomp profile the runtime cannot apply.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("seccomp profile type Localhost is not supported on this node (it loads no profile files)")]
+    Localhost,
+}
+
+/// The profile a container runs under: none when privileged (containerd sets no seccomp on
+/// privileged containers, whatever the pod asks), else the one asked for; `Localhost` is refused.
+pub fn effective_profile(cfg: &ContainerConfig) -> Result<Profile, ProfileError> {
+    match (cfg.privileged, cfg.seccomp) {
+        (true, _) => Ok(Profile::Unconfined),
+        (false, Profile::Localhost) => Err(ProfileError::Localhost),
+        (false, p) => Ok(p),
+    }
+}
+
+/// The node's device nodes under `dir` (normally `/dev`), as OCI `linux.devices` entries for a
+/// privileged container, skipping what the container gets of its own (pts, shm, mqueue, the
+/// console and ptmx), symlinks and hidden directories, as containerd's host-devices list does.
+pub fn host_devices(dir: &std::path::Path) -> std::io::Result<Vec<Value>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    const SKIP_DIRS: [&str; 4] = ["pts", "shm", "mqueue", "fd"];
+    const SKIP_FILES: [&str; 2] = ["console", "ptmx"];
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ft = entry.file_type()?;
+            if ft.is_dir() {
+                let skipped = name.starts_with('.') || (d == dir && SKIP_DIRS.contains(&name.as_str()));
+                if !skipped {
+                    todo.push(entry.path());
+                }
+                continue;
+            }
+            let kind = if ft.is_char_device() {
+                "c"
+            } else if ft.is_block_device() {
+                "b"
+            } else {
+                continue;
+            };
+            if d == dir && SKIP_FILES.contains(&name.as_str()) {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            let rdev = meta.rdev();
+            out.push(json!({
+                "path": entry.path().to_string_lossy(),
+                "type": kind,
+                "major": libc::major(rdev),
+                "minor": libc::minor(rdev),
+                "fileMode": meta.mode() & 0o7777,
+                "uid": meta.uid(),
+                "gid": meta.gid(),
+            }));
+        }
+    }
+    out.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    Ok(out)
+}
+
 /// A container's capability set from `securityContext.capabilities` (names with or without the
 /// `CAP_` prefix, any case), as containerd's CRI plugin builds it: the defaults, then `ALL`
 /// added, then `ALL` dropped, then each other add, then each other drop. An unknown name, or
@@ -266,17 +337,28 @@ pub fn numeric_user(user: &str) -> Option<(u32, Option<u32>)> {
     Some((uid, gid))
 }
 
-/// A container's spec. `oom_score_adj`, the cgroup path and the capability set
-/// ([`capabilities`]) are computed by the caller.
+/// Who a container's process is and what it may touch, as the caller resolved it.
+#[derive(Debug, Clone, Copy)]
+pub struct Privileges<'a> {
+    /// uid and gid.
+    pub user: (u32, u32),
+    /// [`capabilities`] or [`privileged_capabilities`].
+    pub caps: &'a [String],
+    /// [`host_devices`] for a privileged container, else none.
+    pub devices: &'a [Value],
+}
+
+/// A container's spec. `oom_score_adj`, the cgroup path and the privileges are computed by the
+/// caller.
 pub fn container(
     cfg: &ContainerConfig,
     image: &ImageConfig,
     sb: &SandboxPaths,
     cgroup: &str,
     oom_score_adj: i32,
-    user: (u32, u32),
-    caps: &[String],
+    privileges: Privileges<'_>,
 ) -> Value {
+    let Privileges { user, caps, devices } = privileges;
     let r: &Resources = &cfg.resources;
     let mut cpu = json!({"shares": cgroups::cpu_shares(r.effective_cpu_request().unwrap_or(0)), "period": cgroups::CPU_PERIOD});
     if let Some(l) = r.cpu_limit {
@@ -294,6 +376,14 @@ pub fn container(
         json!({"type": "pid"})
     };
     let mut mounts = base_mounts();
+    if cfg.privileged {
+        // Writable /sys and cgroupfs (containerd's privileged defaults).
+        for m in &mut mounts {
+            if let Some(opts) = m["options"].as_array_mut() {
+                opts.retain(|o| o != "ro");
+            }
+        }
+    }
     mounts.push(bind(&sb.shm, "/dev/shm", false));
     mounts.push(bind(&sb.hosts, "/etc/hosts", false));
     mounts.push(bind(&sb.hostname, "/etc/hostname", false));
@@ -312,7 +402,12 @@ pub fn container(
         .filter(|w| !w.is_empty())
         .or_else(|| Some(image.working_dir.clone()).filter(|w| !w.is_empty()))
         .unwrap_or_else(|| "/".into());
-    let seccomp = cfg.seccomp != Profile::Unconfined;
+    let seccomp = effective_profile(cfg).map_or(true, |p| p != Profile::Unconfined);
+    let (masked, readonly): (&[&str], &[&str]) = if cfg.privileged {
+        (&[], &[])
+    } else {
+        (MASKED_PATHS, READONLY_PATHS)
+    };
     json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -331,8 +426,9 @@ pub fn container(
             "namespaces": [pid, {"type": "mount"}, {"type": "cgroup"}, net, ns("ipc"), ns("uts")],
             "cgroupsPath": cgroup,
             "resources": resources,
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
+            "devices": devices,
+            "maskedPaths": masked,
+            "readonlyPaths": readonly,
         },
     })
 }
@@ -398,7 +494,12 @@ mod tests {
             ..Default::default()
         };
         let caps = capabilities(&[], &[]).expect("defaults");
-        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, (0, 0), &caps);
+        let granted = Privileges {
+            user: (0, 0),
+            caps: &caps,
+            devices: &[],
+        };
+        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, granted);
         assert_eq!(
             s["linux"]["resources"]["cpu"],
             json!({"shares": 102, "quota": 50000, "period": 100000})
@@ -418,6 +519,113 @@ mod tests {
                 .expect("caps")
                 .contains(&json!("CAP_MKNOD"))
         );
+    }
+
+    /// Privileged: nothing masked, /sys and cgroupfs writable, the devices given, no seccomp
+    /// (so no implied no_new_privs); unprivileged: the opposite. Localhost profiles are refused.
+    #[test]
+    fn privileged_containers_are_unconfined() {
+        let sb = SandboxPaths {
+            pause_pid: 42,
+            share_pid: false,
+            hosts: "/h".into(),
+            hostname: "/n".into(),
+            resolv_conf: "/r".into(),
+            shm: "/s".into(),
+        };
+        let dev = json!({"path": "/dev/vda", "type": "b", "major": 254, "minor": 0});
+        let mount_opts = |s: &Value, dest: &str| -> Vec<Value> {
+            s["mounts"]
+                .as_array()
+                .expect("mounts")
+                .iter()
+                .find(|m| m["destination"] == dest)
+                .and_then(|m| m["options"].as_array().cloned())
+                .expect(dest)
+        };
+        for privileged in [false, true] {
+            let c = ContainerConfig {
+                privileged,
+                ..Default::default()
+            };
+            let caps = if privileged {
+                privileged_capabilities()
+            } else {
+                capabilities(&[], &[]).expect("defaults")
+            };
+            let devices = if privileged { vec![dev.clone()] } else { Vec::new() };
+            let granted = Privileges {
+                user: (0, 0),
+                caps: &caps,
+                devices: &devices,
+            };
+            let s = container(&c, &ImageConfig::default(), &sb, "/c", 0, granted);
+            let ro = json!("ro");
+            assert_eq!(mount_opts(&s, "/sys").contains(&ro), !privileged);
+            assert_eq!(mount_opts(&s, "/sys/fs/cgroup").contains(&ro), !privileged);
+            assert_eq!(
+                s["linux"]["maskedPaths"].as_array().expect("masked").is_empty(),
+                privileged
+            );
+            assert_eq!(
+                s["linux"]["readonlyPaths"].as_array().expect("ro").is_empty(),
+                privileged
+            );
+            assert_eq!(s["linux"]["devices"], json!(devices));
+            assert_eq!(s["process"]["noNewPrivileges"], json!(!privileged));
+            let bounding = s["process"]["capabilities"]["bounding"]
+                .as_array()
+                .expect("caps")
+                .len();
+            assert_eq!(
+                bounding,
+                if privileged {
+                    ALL_CAPS.len()
+                } else {
+                    DEFAULT_CAPS.len()
+                }
+            );
+            let profile = effective_profile(&c).expect("profile");
+            assert_eq!(
+                profile,
+                if privileged {
+                    Profile::Unconfined
+                } else {
+                    Profile::RuntimeDefault
+                }
+            );
+        }
+        let local = ContainerConfig {
+            seccomp: Profile::Localhost,
+            ..Default::default()
+        };
+        assert!(effective_profile(&local).is_err());
+        assert_eq!(
+            effective_profile(&ContainerConfig {
+                privileged: true,
+                ..local
+            })
+            .expect("privileged"),
+            Profile::Unconfined
+        );
+    }
+
+    /// This machine's /dev: /dev/null is there as c 1:3, nothing of pts or the console is.
+    #[test]
+    fn host_devices_lists_device_nodes() {
+        let devs = host_devices(std::path::Path::new("/dev")).expect("lists /dev");
+        let null = devs.iter().find(|d| d["path"] == "/dev/null").expect("/dev/null");
+        assert_eq!(
+            (null["type"].clone(), null["major"].clone(), null["minor"].clone()),
+            (json!("c"), json!(1), json!(3))
+        );
+        assert!(devs.iter().all(|d| {
+            let p = d["path"].as_str().unwrap_or("");
+            !p.starts_with("/dev/pts/")
+                && p != "/dev/console"
+                && p != "/dev/ptmx"
+                && (d["type"] == "c" || d["type"] == "b")
+        }));
     }
 
     #[test]

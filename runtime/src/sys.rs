@@ -129,11 +129,11 @@ pub fn oom_score_adj(pid: i32) -> io::Result<i32> {
 }
 
 /// `syscall(2)` with two integer arguments, returning its errno (0 on success): the seccomp
-/// tests make calls no safe wrapper exposes (x32 numbers, io_uring).
-#[cfg(test)]
+/// probes make calls no safe wrapper exposes (x32 numbers, io_uring, calls refused on purpose).
 pub fn syscall_errno(nr: i64, a: u64, b: u64) -> i32 {
-    // SAFETY: the callers pass calls whose arguments are integers (no pointers), so the kernel
-    // reads and writes no memory of this process.
+    // SAFETY: the callers (the seccomp probes) pass integers, never addresses of this
+    // process: where a call takes a pointer it gets 0 or u64::MAX, which the kernel refuses
+    // (EFAULT) without touching memory, so no memory of this process is read or written.
     let rc = unsafe { libc::syscall(nr, a, b, 0u64, 0u64) };
     if rc == -1 {
         io::Error::last_os_error().raw_os_error().unwrap_or(-1)

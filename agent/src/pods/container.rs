@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 use runtime_api::{
     Client, ClientError, ContainerConfig, Dns, ErrorKind, PodResources, PullPolicy, QosClass, Resources,
-    SandboxConfig,
+    SandboxConfig, SeccompProfile,
 };
 
 use super::env::EnvError;
@@ -175,8 +175,22 @@ pub fn container_config(
             .and_then(|s| s.capabilities.as_ref())
             .and_then(|c| c.drop.clone())
             .unwrap_or_default(),
+        seccomp: seccomp_profile(sc, psc),
+        privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
         log_path: Some(format!("{}/{restarts}.log", c.name)),
         ..ContainerConfig::default()
+    }
+}
+
+/// The container's seccomp profile: its own `securityContext.seccompProfile`, else the pod's.
+/// Neither means RuntimeDefault: this node runs as the kubelet does with `seccompDefault: true`.
+fn seccomp_profile(sc: Option<&SecurityContext>, psc: Option<&PodSecurityContext>) -> SeccompProfile {
+    let own = sc.and_then(|s| s.seccomp_profile.as_ref());
+    let pod = psc.and_then(|s| s.seccomp_profile.as_ref());
+    match own.or(pod).map(|p| p.type_.as_str()) {
+        Some("Unconfined") => SeccompProfile::Unconfined,
+        Some("Localhost") => SeccompProfile::Localhost,
+        _ => SeccompProfile::RuntimeDefault,
     }
 }
 
@@ -417,5 +431,66 @@ mod tests {
             (vec!["echo".to_string(), "1".into()], vec!["$(A)".to_string()])
         );
         assert_eq!(cfg.log_path.as_deref(), Some("main/2.log"));
+    }
+
+    /// seccompProfile: the container's wins over the pod's; none is RuntimeDefault.
+    #[test]
+    fn seccomp_profile_and_privileged_reach_the_runtime() {
+        use k8s_openapi::api::core::v1::SeccompProfile as Sp;
+        let sp = |t: &str| {
+            Some(Sp {
+                type_: t.into(),
+                ..Default::default()
+            })
+        };
+        let sc = |t: Option<&str>, privileged: Option<bool>| SecurityContext {
+            seccomp_profile: t.and_then(sp),
+            privileged,
+            ..Default::default()
+        };
+        let psc = |t: Option<&str>| PodSecurityContext {
+            seccomp_profile: t.and_then(sp),
+            ..Default::default()
+        };
+        let cases = [
+            (None, None, SeccompProfile::RuntimeDefault),
+            (None, Some("Unconfined"), SeccompProfile::Unconfined),
+            (
+                Some("RuntimeDefault"),
+                Some("Unconfined"),
+                SeccompProfile::RuntimeDefault,
+            ),
+            (
+                Some("Unconfined"),
+                Some("RuntimeDefault"),
+                SeccompProfile::Unconfined,
+            ),
+            (Some("Localhost"), None, SeccompProfile::Localhost),
+        ];
+        for (own, pod, want) in cases {
+            assert_eq!(
+                seccomp_profile(Some(&sc(own, None)), Some(&psc(pod))),
+                want,
+                "{own:?} {pod:?}"
+            );
+        }
+        let pod = Pod {
+            spec: Some(PodSpec {
+                security_context: Some(psc(Some("Unconfined"))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let c = Container {
+            name: "c".into(),
+            security_context: Some(sc(None, Some(true))),
+            ..Default::default()
+        };
+        let cfg = container_config(&pod, &c, 0, &node(), &[]);
+        assert!(cfg.privileged);
+        assert_eq!(cfg.seccomp, SeccompProfile::Unconfined);
+        let cfg = container_config(&Pod::default(), &Container::default(), 0, &node(), &[]);
+        assert!(!cfg.privileged);
+        assert_eq!(cfg.seccomp, SeccompProfile::RuntimeDefault);
     }
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use runtime::cgroups;
-use runtime::seccomp::Profile;
+use runtime::seccomp::{self, PROBE_ADMIN_CAPS, Profile};
 use runtime_api::{
     Client, ClientError, ContainerConfig, ContainerStatus, ErrorKind, PodResources, PullPolicy, QosClass,
     Resources, SandboxConfig, SandboxStatus, State,
@@ -593,31 +593,170 @@ fn oom_killed(s: &mut Suite) -> R {
     s.remove_pod(&sb)
 }
 
+/// RuntimeDefault inside real containers: this binary, mounted into a busybox container, makes
+/// each probe call of `seccomp::probes` and prints its errno; with the default capabilities,
+/// with SYS_ADMIN and SYS_PTRACE added (also through an exec, which gets its container's
+/// profile), and unconfined (the kernel's own answers).
 fn seccomp_blocked(s: &mut Suite) -> R {
     let sb = s.sandbox("seccomp", PodResources::default(), false)?;
-    let script =
-        "if linux32 true 2>/dev/null; then echo PERSONALITY_ALLOWED; else echo PERSONALITY_BLOCKED; fi";
-    let mut results = Vec::new();
-    for (name, profile) in [
-        ("default", Profile::RuntimeDefault),
-        ("unconfined", Profile::Unconfined),
+    let exe = std::env::current_exe().map_err(e("this binary's path"))?;
+    let probe_mount = vec![runtime_api::Mount {
+        host_path: exe,
+        container_path: "/probe".into(),
+        read_only: true,
+    }];
+    let mut answers = Vec::new();
+    for (name, profile, add) in [
+        ("default", Profile::RuntimeDefault, Vec::new()),
+        (
+            "admin",
+            Profile::RuntimeDefault,
+            PROBE_ADMIN_CAPS.map(String::from).to_vec(),
+        ),
+        ("unconfined", Profile::Unconfined, Vec::new()),
     ] {
         let c = s.container_with(
             &sb,
             ContainerConfig {
                 name: name.into(),
                 image: s.image("busybox:1"),
-                command: vec!["sh".into(), "-c".into(), script.into()],
+                command: vec!["/probe".into(), "seccomp-probe".into()],
                 seccomp: profile,
+                capabilities_add: add,
+                mounts: probe_mount.clone(),
                 ..Default::default()
             },
         )?;
         let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
-        results.push(log_text(st.log_path.as_deref().ok_or("log")?)?.trim().to_string());
+        answers.push((
+            name,
+            parse_probe(&log_text(st.log_path.as_deref().ok_or("log")?)?)?,
+        ));
     }
-    ensure(results == ["PERSONALITY_BLOCKED", "PERSONALITY_ALLOWED"], || {
-        format!("{results:?}")
+    let c = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "admin-exec".into(),
+            image: s.image("busybox:1"),
+            command: vec!["sleep".into(), "1000".into()],
+            capabilities_add: PROBE_ADMIN_CAPS.map(String::from).to_vec(),
+            mounts: probe_mount,
+            ..Default::default()
+        },
+    )?;
+    let r = s
+        .client
+        .exec_sync(
+            &c.id,
+            vec!["/probe".into(), "seccomp-probe".into()],
+            Some(Duration::from_secs(30)),
+        )
+        .map_err(e("exec probe"))?;
+    answers.push(("admin exec", parse_probe(&String::from_utf8_lossy(&r.stdout))?));
+    for (name, got) in &answers {
+        let probes = seccomp::probes();
+        ensure(got.len() == probes.len(), || {
+            format!("{name}: {} answers for {} probes", got.len(), probes.len())
+        })?;
+        for (p, errno) in probes.iter().zip(got) {
+            let want = match *name {
+                "default" => Some(p.default),
+                "admin" | "admin exec" => Some(p.admin),
+                // Unconfined: no EPERM where the filter is the only thing that refuses.
+                _ => match p.name {
+                    "personality-no-randomize" => Some(0),
+                    "unshare" | "clone-newuts" | "clone3" => Some(libc::EINVAL),
+                    _ => None,
+                },
+            };
+            if let Some(want) = want {
+                ensure(*errno == want, || {
+                    format!(
+                        "{name}: {} ({}) answered errno {errno}, want {want}",
+                        p.name, p.nr
+                    )
+                })?;
+            }
+        }
+    }
+    s.remove_pod(&sb)
+}
+
+/// The probe's answers: one errno per `name=errno` line, in order, before `probe-done`.
+fn parse_probe(out: &str) -> R<Vec<i32>> {
+    out.lines()
+        .take_while(|l| *l != "probe-done")
+        .filter_map(|l| l.split_once('='))
+        .map(|(_, v)| {
+            v.trim()
+                .parse::<i32>()
+                .map_err(|err| format!("probe line {v:?}: {err}"))
+        })
+        .collect()
+}
+
+/// The seccomp probe (inside a container): one `name=errno` line per probe, then `probe-done`.
+fn seccomp_probe() {
+    for (p, errno) in seccomp::run_probes() {
+        println!("{}={errno}", p.name);
+    }
+    println!("probe-done");
+}
+
+/// `privileged: true`: every capability, no seccomp, no no_new_privs, writable /sys, nothing
+/// masked under /proc, the node's devices; the same script in a plain container shows the
+/// opposite.
+fn privileged_containers(s: &mut Suite) -> R {
+    let sb = s.sandbox("privileged", PodResources::default(), false)?;
+    // A node device no container gets by default.
+    let defaults = [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ];
+    let devices = runtime::spec::host_devices(Path::new("/dev")).map_err(e("listing /dev"))?;
+    let dev = devices
+        .iter()
+        .filter_map(|d| d["path"].as_str())
+        .find(|p| !defaults.contains(p))
+        .ok_or("the node has no device beyond the defaults")?
+        .to_string();
+    let script = format!(
+        "grep -E '^(CapEff|Seccomp|NoNewPrivs):' /proc/self/status | tr -d '\\t'; \\
+         grep ' /sys sysfs ' /proc/mounts | cut -d' ' -f4 | cut -d, -f1; \\
+         echo proc-submounts=$(grep -c ' /proc/' /proc/self/mountinfo); \\
+         if [ -e {dev} ]; then echo device-present; else echo device-absent; fi"
+    );
+    let mut got = Vec::new();
+    for privileged in [true, false] {
+        let c = s.container_with(
+            &sb,
+            ContainerConfig {
+                name: if privileged { "privileged" } else { "plain" }.into(),
+                image: s.image("busybox:1"),
+                command: vec!["sh".into(), "-c".into(), script.clone()],
+                privileged,
+                ..Default::default()
+            },
+        )?;
+        let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+        got.push(log_text(st.log_path.as_deref().ok_or("log")?)?);
+    }
+    let want_privileged =
+        "CapEff:000001ffffffffff\nNoNewPrivs:0\nSeccomp:0\nrw\nproc-submounts=0\ndevice-present\n";
+    ensure(got[0] == want_privileged, || {
+        format!("privileged ({dev}): {:?}", got[0])
     })?;
+    let plain = &got[1];
+    ensure(
+        plain.starts_with("CapEff:00000000a00405fb\nNoNewPrivs:1\nSeccomp:2\nro\n")
+            && !plain.contains("proc-submounts=0")
+            && plain.ends_with("device-absent\n"),
+        || format!("plain ({dev}): {plain:?}"),
+    )?;
     s.remove_pod(&sb)
 }
 
@@ -1238,6 +1377,10 @@ fn leftovers() -> R<BTreeSet<String>> {
 fn main() {
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("seccomp-probe") {
+        seccomp_probe();
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("readopt-child") {
         let r = readopt_child(args.get(2).map(String::as_str).unwrap_or(""));
         if let Err(err) = &r {
@@ -1295,6 +1438,7 @@ fn main() {
         ("cgroup_values", cgroup_values),
         ("oom_killed", oom_killed),
         ("seccomp_blocked", seccomp_blocked),
+        ("privileged_containers", privileged_containers),
         ("exit_codes_and_logs", exit_codes_and_logs),
         ("stop_grace", stop_grace),
         ("filesystem", filesystem),

@@ -37,8 +37,19 @@ impl Runtime {
             )));
         }
         validate_container(&config)?;
-        let caps = spec::capabilities(&config.capabilities_add, &config.capabilities_drop)
+        let caps = if config.privileged {
+            spec::privileged_capabilities()
+        } else {
+            spec::capabilities(&config.capabilities_add, &config.capabilities_drop)
+                .map_err(|e| RuntimeError::Invalid(format!("container {}: {e}", config.name)))?
+        };
+        let profile = spec::effective_profile(&config)
             .map_err(|e| RuntimeError::Invalid(format!("container {}: {e}", config.name)))?;
+        let devices = if config.privileged {
+            spec::host_devices(Path::new("/dev")).map_err(io_ctx("listing the node's devices"))?
+        } else {
+            Vec::new()
+        };
         let image = self.images.get(&config.image)?.ok_or_else(|| {
             RuntimeError::NotFound(format!("image {} is not present on this node", config.image))
         })?;
@@ -102,8 +113,11 @@ impl Runtime {
                 &paths,
                 &cgroup,
                 config.oom_score_adj,
-                user,
-                &caps,
+                spec::Privileges {
+                    user,
+                    caps: &caps,
+                    devices: &devices,
+                },
             );
             fs::write(dir.join("config.json"), s.to_string())
                 .map_err(io_ctx("writing the container spec"))?;
@@ -119,9 +133,7 @@ impl Runtime {
                 ContainerBuilder::new(id.clone(), SyscallType::default())
                     .with_root_path(&self.youki_root)
                     .map_err(lc_err("container state root"))?
-                    .with_executor(SeccompExecutor {
-                        profile: config.seccomp,
-                    })
+                    .with_executor(SeccompExecutor { profile })
                     .with_stdin(stdin)
                     .with_stdout(out_w)
                     .with_stderr(err_w)
@@ -167,7 +179,7 @@ impl Runtime {
                 let c = Ctr {
                     rec: ContainerRecord {
                         status: status.clone(),
-                        profile: config.seccomp,
+                        profile,
                         mounted: true,
                         start_time: proc_start_time(pid),
                         layers: image.layers.clone(),
