@@ -1172,6 +1172,49 @@ fn rbac_can_i_whoami_and_escalation() {
     );
 }
 
+/// The reviews are in discovery as upstream lists them (create only), `kubectl create -f` of a
+/// SelfSubjectAccessReview answers it (validated against the served OpenAPI), and any other
+/// verb is 405.
+#[test]
+fn reviews_are_discovered_and_only_created() {
+    let s = start();
+    let wide = s.ok(&[
+        "api-resources",
+        "--api-group=authorization.k8s.io",
+        "-o",
+        "wide",
+        "--no-headers",
+    ]);
+    for (plural, namespaced, kind) in [
+        ("localsubjectaccessreviews", "true", "LocalSubjectAccessReview"),
+        ("selfsubjectaccessreviews", "false", "SelfSubjectAccessReview"),
+        ("selfsubjectrulesreviews", "false", "SelfSubjectRulesReview"),
+        ("subjectaccessreviews", "false", "SubjectAccessReview"),
+    ] {
+        let row: Vec<&str> = wide
+            .lines()
+            .find(|l| l.starts_with(&format!("{plural} ")))
+            .unwrap_or_else(|| panic!("{plural} missing:\n{wide}"))
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row[1..5],
+            ["authorization.k8s.io/v1", namespaced, kind, "create"],
+            "{row:?}"
+        );
+    }
+    let authn = s.ok(&["api-resources", "--api-group=authentication.k8s.io", "-o", "name"]);
+    assert_eq!(authn.trim(), "selfsubjectreviews.authentication.k8s.io");
+    let ssar = "apiVersion: authorization.k8s.io/v1\nkind: SelfSubjectAccessReview\nspec:\n  resourceAttributes:\n    verb: list\n    resource: pods\n    namespace: default\n";
+    let allowed = s.apply(&["create", "-f", "-", "-o", "jsonpath={.status.allowed}"], ssar);
+    assert_eq!(allowed.trim(), "true");
+    let (ok, _, err) = s.kubectl(&["get", "selfsubjectaccessreviews"]);
+    assert!(
+        !ok && err.contains("MethodNotAllowed") && err.contains("does not allow this method"),
+        "{err}"
+    );
+}
+
 /// `kubectl autoscale` posts an autoscaling/v1 HPA (protobuf); it is stored as v2 and shown in
 /// both versions with upstream's columns; a v1 patch and an invalid size behave as upstream.
 #[test]

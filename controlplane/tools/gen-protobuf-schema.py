@@ -37,6 +37,7 @@ SERVED = {
     "rbac.authorization.k8s.io/v1",
     "certificates.k8s.io/v1",
     "authentication.k8s.io/v1",
+    "authorization.k8s.io/v1",
     "storage.k8s.io/v1",
     "admissionregistration.k8s.io/v1",
 }

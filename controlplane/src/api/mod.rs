@@ -421,6 +421,13 @@ impl Api {
                 t.res.qualified()
             )));
         }
+        if t.res.is_create_only() {
+            // Reviews are answered on POST before routing gets here; nothing else is served.
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method} {})",
+                t.res.qualified()
+            )));
+        }
         if t.res.is_read_only() {
             return match (&method, t.sub.as_deref()) {
                 (&Method::GET, None) if !query.flag("watch") && t.res.group == metrics::GROUP => {

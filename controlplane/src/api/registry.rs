@@ -35,6 +35,10 @@ pub const VERBS: &[&str] = &[
 /// The verbs of a computed, read-only resource (componentstatuses, `metrics.k8s.io`).
 pub const READ_ONLY: &[&str] = &["get", "list"];
 
+/// The verbs of a review: answered, never stored (`authorization.k8s.io` access reviews,
+/// `authentication.k8s.io` SelfSubjectReview; see `api::authz::reviews`).
+pub const CREATE_ONLY: &[&str] = &["create"];
+
 /// A subresource as discovery shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subresource {
@@ -93,6 +97,11 @@ impl Resource {
         self.group != "metrics.k8s.io"
     }
 
+    /// Whether the resource is a review, answered on create and never stored ([`CREATE_ONLY`]).
+    pub fn is_create_only(&self) -> bool {
+        self.verbs == CREATE_ONLY
+    }
+
     /// Whether the resource is computed rather than stored (only read: [`READ_ONLY`]).
     pub fn is_read_only(&self) -> bool {
         self.verbs == READ_ONLY
@@ -118,6 +127,28 @@ const fn scale() -> Subresource {
         version: "v1",
         kind: "Scale",
         verbs: STATUS_VERBS,
+    }
+}
+
+/// A review resource ([`CREATE_ONLY`]).
+const fn review(
+    group: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> Resource {
+    Resource {
+        group,
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names: NONE,
+        categories: NONE,
+        subresources: &[],
+        verbs: CREATE_ONLY,
     }
 }
 
@@ -705,6 +736,41 @@ pub static RESOURCES: &[Resource] = &[
                 verbs: STATUS_VERBS
             }
         ]
+    ),
+    review(
+        "authentication.k8s.io",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        "SelfSubjectReview",
+        false,
+    ),
+    review(
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        "LocalSubjectAccessReview",
+        true,
+    ),
+    review(
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        "SelfSubjectAccessReview",
+        false,
+    ),
+    review(
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        "SelfSubjectRulesReview",
+        false,
+    ),
+    review(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        "SubjectAccessReview",
+        false,
     ),
     // metrics.k8s.io (computed from what nodes report; see `api::metrics`). metrics-server
     // gives them no singular name.

@@ -103,6 +103,11 @@ kinds! {
     "events.k8s.io" "v1" "Event" => k8s_openapi::api::events::v1::Event,
     "autoscaling" "v2" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
     "autoscaling" "v1" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler,
+    "authentication.k8s.io" "v1" "SelfSubjectReview" => k8s_openapi::api::authentication::v1::SelfSubjectReview,
+    "authorization.k8s.io" "v1" "LocalSubjectAccessReview" => k8s_openapi::api::authorization::v1::LocalSubjectAccessReview,
+    "authorization.k8s.io" "v1" "SelfSubjectAccessReview" => k8s_openapi::api::authorization::v1::SelfSubjectAccessReview,
+    "authorization.k8s.io" "v1" "SelfSubjectRulesReview" => k8s_openapi::api::authorization::v1::SelfSubjectRulesReview,
+    "authorization.k8s.io" "v1" "SubjectAccessReview" => k8s_openapi::api::authorization::v1::SubjectAccessReview,
     "networking.k8s.io" "v1" "Ingress" => k8s_openapi::api::networking::v1::Ingress,
     "networking.k8s.io" "v1" "IngressClass" => k8s_openapi::api::networking::v1::IngressClass,
     "networking.k8s.io" "v1" "NetworkPolicy" => k8s_openapi::api::networking::v1::NetworkPolicy,
@@ -159,11 +164,19 @@ fn build() -> Documents {
             };
             let gvk = json!({"group": group, "version": version, "kind": r.kind});
             let prefix = format!("/{}", gv_path(group, version));
-            let item = if r.namespaced {
-                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+            let scope = if r.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}", r.plural)
             } else {
-                format!("{prefix}/{}/{{name}}", r.plural)
+                format!("{prefix}/{}", r.plural)
             };
+            if r.is_create_only() {
+                // A review: one POST on the collection, nothing to get or patch.
+                paths.insert(scope, create_path(&gvk, &reference));
+                kind_names.insert((group, version, r.kind), name.clone());
+                kinds.push((name, gvk));
+                continue;
+            }
+            let item = format!("{scope}/{{name}}");
             let mut path = item_path(&gvk, &reference);
             if r.is_read_only()
                 && let Value::Object(ops) = &mut path
@@ -224,6 +237,22 @@ fn build() -> Documents {
 }
 
 /// The item path of a resource: get and patch, the latter with the `fieldValidation` parameter.
+/// The collection path of a review: `POST` with the kind in and out.
+fn create_path(gvk: &Value, reference: &Value) -> Value {
+    let param =
+        |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+    let content = json!({"application/json": {"schema": reference}});
+    json!({
+        "post": {
+            "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation")],
+            "requestBody": {"content": content, "required": true},
+            "responses": {"201": {"description": "Created", "content": content}},
+            "x-kubernetes-action": "post",
+            "x-kubernetes-group-version-kind": gvk,
+        },
+    })
+}
+
 fn item_path(gvk: &Value, reference: &Value) -> Value {
     let param =
         |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
