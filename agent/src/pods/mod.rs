@@ -15,6 +15,7 @@ mod backoff;
 mod container;
 mod env;
 mod events;
+mod grpc;
 mod hooks;
 mod plan;
 mod probe;

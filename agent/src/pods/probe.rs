@@ -11,7 +11,7 @@
 //! certificate (`InsecureSkipVerify`: a probe checks that the server answers, not who it is; the
 //! handshake's own signatures are still checked), SNI only for a host name.
 //!
-//! Not yet: gRPC probes (they report a failure that says so).
+//! gRPC probes call the standard health service over HTTP/2 (`grpc.rs`).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -166,8 +166,10 @@ pub enum ProbeError {
     NoPodIp,
     #[error("Get \"{url}\": {why}")]
     Tls { url: String, why: String },
-    #[error("gRPC probes are not supported by this agent yet")]
-    Grpc,
+    #[error(transparent)]
+    Grpc(#[from] super::grpc::GrpcError),
+    #[error("the probe has no action")]
+    NoAction,
     #[error("invalid port {0}")]
     InvalidPort(i32),
     #[error("couldn't find port: {name} in {container}")]
@@ -433,7 +435,12 @@ pub async fn run(p: &Probe, c: &Container, container_id: &str, pod_ip: Option<&s
     if let Some(s) = &p.tcp_socket {
         return tcp_action(c, s, ip, t.timeout).await;
     }
-    Err(ProbeError::Grpc)
+    if let Some(g) = &p.grpc {
+        let port = u16::try_from(g.port).map_err(|_| ProbeError::InvalidPort(g.port))?;
+        let service = g.service.as_deref().unwrap_or_default();
+        return Ok(super::grpc::check(ip, port, service, t.timeout).await?);
+    }
+    Err(ProbeError::NoAction)
 }
 
 #[cfg(test)]
