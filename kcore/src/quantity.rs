@@ -83,9 +83,55 @@ pub fn decimal_suffix(exponent: i32) -> Option<&'static str> {
     })
 }
 
+/// A byte count as `resource.Quantity.String()` writes it: with the largest suffix that divides
+/// it exactly, binary (`Ki`, `Mi`, ...) when `binary` and the count is at least 1024, else
+/// decimal (`k`, `M`, ...); plain digits when no suffix divides it.
+pub fn format_bytes(bytes: u64, binary: bool) -> String {
+    let (base, suffixes): (u64, [&str; 6]) = if binary && bytes >= 1024 {
+        (1024, ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])
+    } else {
+        (1000, ["k", "M", "G", "T", "P", "E"])
+    };
+    if bytes == 0 {
+        return "0".into();
+    }
+    let (mut n, mut suffix) = (bytes, "");
+    for s in suffixes {
+        if n % base != 0 {
+            break;
+        }
+        n /= base;
+        suffix = s;
+    }
+    format!("{n}{suffix}")
+}
+
+/// Whether a quantity string uses a binary suffix (`Ki` ... `Ei`).
+pub fn is_binary(s: &str) -> bool {
+    s.trim_end().ends_with('i')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_bytes_as_quantity_strings() {
+        for (bytes, binary, want) in [
+            (0, true, "0"),
+            (512, true, "512"),
+            (1024, true, "1Ki"),
+            (1 << 30, true, "1Gi"),
+            (1024 * 1024 * 1536, true, "1536Mi"),
+            (1500, true, "1500"),
+            (1_000_000_000, false, "1G"),
+            (1_500_000, false, "1500k"),
+            (1 << 30, false, "1073741824"),
+        ] {
+            assert_eq!(format_bytes(bytes, binary), want, "{bytes} {binary}");
+        }
+        assert!(is_binary("10Mi") && !is_binary("10M") && !is_binary("100"));
+    }
 
     #[test]
     fn parses_quantities() {

@@ -256,6 +256,51 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ]);
     cp.create(&vols)?;
 
+    // The node fails pods on its own: past activeDeadlineSeconds, an emptyDir over its
+    // sizeLimit, a container's writable layer over its ephemeral-storage limit.
+    let mut deadline = pod("deadline", node, &image, "sleep 3600", "Always");
+    deadline["spec"]["activeDeadlineSeconds"] = serde_json::json!(5);
+    cp.create(&deadline)?;
+    let mut hog_dir = pod(
+        "hog-dir",
+        node,
+        &image,
+        "dd if=/dev/zero of=/scratch/big bs=1M count=20; sleep 3600",
+        "Always",
+    );
+    hog_dir["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    hog_dir["spec"]["volumes"] = serde_json::json!([{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}]);
+    cp.create(&hog_dir)?;
+    let mut hog_layer = pod(
+        "hog-layer",
+        node,
+        &image,
+        "dd if=/dev/zero of=/tmp/big bs=1M count=20; sleep 3600",
+        "Always",
+    );
+    // A memory-backed emptyDir is a tmpfs of its sizeLimit: writing past it fails.
+    let mut ram = pod(
+        "ram",
+        node,
+        &image,
+        "dd if=/dev/zero of=/ram/big bs=1M count=10 2>&1; df -k /ram | tail -1; sleep 3600",
+        "Always",
+    );
+    ram["spec"]["containers"][0]["volumeMounts"] = serde_json::json!([{"name": "ram", "mountPath": "/ram"}]);
+    ram["spec"]["volumes"] =
+        serde_json::json!([{"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "5Mi"}}]);
+    cp.create(&ram)?;
+    // Two containers: the pod's total (110Mi) is not exceeded, the first container's own is.
+    // (With one container the pod's total is checked first and names the pod, as upstream.)
+    hog_layer["spec"]["containers"][0]["resources"] =
+        serde_json::json!({"limits": {"ephemeral-storage": "10Mi"}});
+    if let Some(list) = hog_layer["spec"]["containers"].as_array_mut() {
+        list.push(serde_json::json!({"name": "idle", "image": image,
+            "command": ["sleep", "3600"], "resources": {"limits": {"ephemeral-storage": "100Mi"}}}));
+    }
+    cp.create(&hog_layer)?;
+
     // Node admission: a pod bound by hand whose nodeSelector the node does not match fails.
     let mut misfit = pod("misfit", node, &image, "sleep 3600", "Always");
     misfit["spec"]["nodeSelector"] = serde_json::json!({"disk": "nope"});
@@ -272,6 +317,87 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         rejected
             == "Failed|NodeAffinity|Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
         "misfit: {rejected}"
+    );
+    for (name, want) in [
+        (
+            "deadline",
+            "Failed|DeadlineExceeded|Pod was active on the node longer than the specified deadline",
+        ),
+        (
+            "hog-dir",
+            "Failed|Evicted|Usage of EmptyDir volume \"scratch\" exceeds the limit \"10Mi\".",
+        ),
+        (
+            "hog-layer",
+            "Failed|Evicted|Container main exceeded its local ephemeral storage limit \"10Mi\".",
+        ),
+    ] {
+        let got = cp.wait_for(
+            &["pod", name],
+            "{.status.phase}|{.status.reason}|{.status.message}",
+            |s| s.starts_with("Failed"),
+            POD,
+        )?;
+        ensure!(got.trim_end() == want, "{name}: {got:?}");
+        // Its container was stopped.
+        cp.wait_for(
+            &["pod", name],
+            "{.status.containerStatuses[0].state.terminated.exitCode}",
+            |c| !c.is_empty(),
+            POD,
+        )?;
+    }
+    cp.wait_for(&["pod", "ram"], "{.status.phase}", |p| p == "Running", POD)?;
+    let deadline = std::time::Instant::now() + POD;
+    let ram_log = loop {
+        let log = cp.kubectl(&["logs", "ram"]).unwrap_or_default();
+        if log.contains("tmpfs") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let df: Vec<&str> = ram_log
+        .lines()
+        .find(|l| l.starts_with("tmpfs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        ram_log.contains("No space left on device")
+            && df.first() == Some(&"tmpfs")
+            && df.get(1) == Some(&"5120"),
+        "ram: {ram_log:?}"
+    );
+    // Deleting the pod unmounts its tmpfs and removes its directory (seen from a pod that
+    // mounts the node's pod directories).
+    let ram_uid = cp.kubectl(&["get", "pod", "ram", "-o", "jsonpath={.metadata.uid}"])?;
+    let mut looker = pod("looker", node, &image, "sleep 3600", "Always");
+    looker["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "pods", "mountPath": "/pods"}]);
+    looker["spec"]["volumes"] = serde_json::json!([{"name": "pods", "hostPath": {"path": "/var/lib/kubelet/pods", "type": "Directory"}}]);
+    cp.create(&looker)?;
+    cp.wait_for(&["pod", "looker"], "{.status.phase}", |p| p == "Running", POD)?;
+    ensure!(
+        cp.kubectl(&["exec", "looker", "--", "ls", "/pods"])?
+            .contains(&ram_uid),
+        "the ram pod's directory is there while it runs"
+    );
+    cp.kubectl(&["delete", "pod", "ram", "--timeout=120s"])?;
+    let deadline = std::time::Instant::now() + POD;
+    while cp
+        .kubectl(&["exec", "looker", "--", "ls", "/pods"])?
+        .contains(&ram_uid)
+    {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the ram pod's directory stayed"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let evicted = events_of(&cp, "hog-dir")?;
+    ensure!(
+        evicted.contains("Evicted=Usage of EmptyDir volume"),
+        "hog-dir events: {evicted}"
     );
     let ip = cp.kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP} {.status.hostIP} {.status.containerStatuses[0].ready} {.status.conditions[?(@.type==\"Ready\")].status}"])?;
     let f2: Vec<&str> = ip.split_whitespace().collect();

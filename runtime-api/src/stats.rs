@@ -51,6 +51,13 @@ pub struct ContainerStats {
     pub timestamp: String,
     pub cpu: CpuUsage,
     pub memory: MemoryUsage,
+    /// Bytes of its writable layer (the overlay's upper directory, as `du` counts them).
+    #[serde(default)]
+    pub writable_layer_bytes: u64,
+    /// Bytes of its logs (every file of its log directory, rotated ones and earlier restarts'
+    /// included, as the kubelet counts them).
+    #[serde(default)]
+    pub logs_bytes: u64,
 }
 
 /// One pod's usage: its slice (every container and the pause process), its interface and its

@@ -15,6 +15,7 @@ mod backoff;
 mod container;
 mod env;
 mod events;
+mod eviction;
 mod grpc;
 mod hooks;
 mod plan;
@@ -248,7 +249,7 @@ async fn remove_orphans(workers: &Workers, snap_rx: &watch::Receiver<Option<Arc<
         let uid = entry.file_name().to_string_lossy().into_owned();
         if !workers.contains_key(&uid) {
             tracing::info!(uid = %uid, "the pod is gone from the API; removing its volumes");
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            if let Err(e) = volumes::remove_pod_dir(&entry.path()) {
                 tracing::warn!(uid = %uid, error = %e, "removing the pod's volumes failed");
             }
         }

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::backoff::Backoff;
+use super::eviction::PodFailure;
 use super::probe::{Kind, Prober};
 
 /// How a container instance ended.
@@ -110,6 +111,8 @@ pub struct Observed {
     pub sandbox: Option<Sandbox>,
     /// By container name (init and main containers share the name space).
     pub containers: BTreeMap<String, Ctr>,
+    /// Set when the node failed the pod (its deadline passed, it was evicted): it is terminal.
+    pub failed: Option<PodFailure>,
 }
 
 impl Observed {
@@ -340,6 +343,7 @@ pub(super) mod tests {
         Observed {
             sandbox: sb,
             containers: ctrs.iter().map(|(n, c)| (n.to_string(), c.clone())).collect(),
+            failed: None,
         }
     }
 

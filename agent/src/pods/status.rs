@@ -279,10 +279,12 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
         .map(|c| container_status(pod, c, obs.containers.get(&c.name), false, default_reason, now))
         .collect();
 
-    // Terminal phases stay (NODE-12: a terminal pod never runs again).
-    let phase = match old.phase.as_deref() {
-        Some("Succeeded") => "Succeeded",
-        Some("Failed") => "Failed",
+    // Terminal phases stay (NODE-12: a terminal pod never runs again). A pod the node failed
+    // is Failed with the node's reason and message.
+    let was_terminal = matches!(old.phase.as_deref(), Some("Succeeded" | "Failed"));
+    let phase = match (old.phase.as_deref(), &obs.failed) {
+        (Some("Succeeded"), _) => "Succeeded",
+        (Some("Failed"), _) | (_, Some(_)) => "Failed",
         _ => phase(policy, spec_init, &init, &main),
     };
 
@@ -390,6 +392,10 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
     );
 
     let mut status = old;
+    if let (Some(f), false) = (&obs.failed, was_terminal) {
+        status.reason = Some(f.reason.into());
+        status.message = Some(f.message.clone());
+    }
     status.phase = Some(phase.into());
     status.conditions = Some(conditions);
     status.init_container_statuses = (!init.is_empty()).then_some(init);
@@ -627,6 +633,45 @@ mod tests {
         assert_eq!(
             init.message.as_deref(),
             Some("containers with incomplete status: [init-a init-b]")
+        );
+    }
+
+    #[test]
+    fn a_pod_the_node_failed_is_failed_with_its_reason() {
+        use crate::pods::eviction::{DEADLINE_MESSAGE, DEADLINE_REASON, PodFailure};
+        let mut p = pod(spec("Always", &[], &["main"]));
+        let mut obs = observed(sandbox(true), &[("main", running())]);
+        obs.failed = Some(PodFailure {
+            reason: DEADLINE_REASON,
+            message: DEADLINE_MESSAGE.into(),
+        });
+        let s = pod_status(&p, &obs, None, at(100));
+        assert_eq!(
+            (s.phase.as_deref(), s.reason.as_deref(), s.message.as_deref()),
+            (Some("Failed"), Some(DEADLINE_REASON), Some(DEADLINE_MESSAGE))
+        );
+        // Written once, it stays, with its reason, after the agent forgot why (a restart).
+        p.status = Some(s);
+        let later = pod_status(
+            &p,
+            &observed(sandbox(true), &[("main", exited(137, 150))]),
+            None,
+            at(200),
+        );
+        assert_eq!(
+            (later.phase.as_deref(), later.reason.as_deref()),
+            (Some("Failed"), Some(DEADLINE_REASON))
+        );
+        // A pod that already ended keeps its own phase and reason.
+        let mut done = pod(spec("Never", &[], &["main"]));
+        done.status = Some(PodStatus {
+            phase: Some("Succeeded".into()),
+            ..PodStatus::default()
+        });
+        let s = pod_status(&done, &obs, None, at(300));
+        assert_eq!(
+            (s.phase.as_deref(), s.reason.as_deref()),
+            (Some("Succeeded"), None)
         );
     }
 

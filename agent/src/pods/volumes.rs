@@ -8,8 +8,14 @@
 //! directory, the `..data` symlink is swapped to it with a rename, and each top-level name is a
 //! symlink through `..data`, so a container never sees half an update.
 //!
-//! Not yet: emptyDir `sizeLimit` and `medium: Memory` limits (the node's root is a tmpfs, so
-//! every emptyDir is in memory), clusterTrustBundle sources, persistent volumes.
+//! emptyDir with `medium: Memory` is a tmpfs of its own, sized as the kubelet sizes it: the
+//! smaller of its `sizeLimit` and the pod's memory limit (when every container declares one);
+//! with neither, the kernel's default (half the node's memory) where upstream takes the node's
+//! allocatable memory. A disk-backed emptyDir over its `sizeLimit` evicts the pod
+//! (`eviction.rs`). Pod directories are taken down by [`remove_pod_dir`], which unmounts those
+//! tmpfs first.
+//!
+//! Not yet: clusterTrustBundle sources, persistent volumes.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -40,11 +46,46 @@ pub struct File {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
     /// An empty directory the containers share.
-    EmptyDir,
+    EmptyDir { medium: Medium },
     /// Files written atomically (relative paths).
     Files(BTreeMap<String, File>),
     /// A path of the node, as it is.
     HostPath { path: PathBuf, kind: String },
+}
+
+/// Where an emptyDir lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// The node's disk (its root file system).
+    Disk,
+    /// A tmpfs of its own, `size` bytes at most (None: the kernel's default).
+    Memory { size: Option<u64> },
+}
+
+/// The size of a memory-backed emptyDir: the smaller of its `sizeLimit` and the pod's memory
+/// limit when every container declares one (the kubelet's `calculateEmptyDirMemorySize`,
+/// without the node's allocatable memory).
+pub fn memory_volume_size(pod: &Pod, size_limit: Option<&str>) -> Option<u64> {
+    let limit = size_limit.and_then(kcore::quantity::bytes).filter(|b| *b > 0);
+    let pod_limit = pod.spec.as_ref().and_then(|spec| {
+        let declared = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .all(|c| {
+                c.resources
+                    .as_ref()
+                    .and_then(|r| r.limits.as_ref())
+                    .is_some_and(|l| l.contains_key("memory"))
+            });
+        let memory = kcore::resources::pod_limits(spec).memory;
+        (declared && memory > 0).then_some(memory)
+    });
+    match (limit, pod_limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// A service account token a projected volume holds: the TokenRequest to make.
@@ -246,8 +287,14 @@ pub fn files(
     pod_ip: Option<&str>,
 ) -> Result<Content, VolumeError> {
     let mut out = BTreeMap::new();
-    if v.empty_dir.is_some() {
-        return Ok(Content::EmptyDir);
+    if let Some(e) = &v.empty_dir {
+        let medium = if e.medium.as_deref() == Some("Memory") {
+            let size = memory_volume_size(pod, e.size_limit.as_ref().map(|q| q.0.as_str()));
+            Medium::Memory { size }
+        } else {
+            Medium::Disk
+        };
+        return Ok(Content::EmptyDir { medium });
     }
     if let Some(h) = &v.host_path {
         return Ok(Content::HostPath {
@@ -510,8 +557,27 @@ pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, 
     }
     let dir = pod_dir.join("volumes").join(plugin(v)).join(&v.name);
     match content {
-        Content::EmptyDir => {
+        Content::EmptyDir { medium } => {
             std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+            if let Medium::Memory { size } = medium
+                && !is_mount_point(&dir).map_err(io_error(&dir))?
+            {
+                let mut opts = "mode=0777".to_string();
+                if let Some(bytes) = size {
+                    opts.push_str(&format!(",size={bytes}"));
+                }
+                nix::mount::mount(
+                    Some("tmpfs"),
+                    &dir,
+                    Some("tmpfs"),
+                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                    Some(opts.as_str()),
+                )
+                .map_err(|e| VolumeError::Io {
+                    path: dir.clone(),
+                    source: e.into(),
+                })?;
+            }
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
             Ok(dir)
         }
@@ -523,6 +589,38 @@ pub fn set_up(pod_dir: &Path, v: &Volume, content: &Content) -> Result<PathBuf, 
             check_host_path(path, kind)?;
             Ok(path.clone())
         }
+    }
+}
+
+/// Whether `dir` is the root of a mount (another device than its parent's).
+fn is_mount_point(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    Ok(std::fs::metadata(dir)?.dev() != std::fs::metadata(parent)?.dev())
+}
+
+/// The mount points at or below `dir`, deepest first, from a `/proc/self/mountinfo` text.
+pub fn mounts_below(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    out.dedup();
+    out
+}
+
+/// Takes a pod's directory down: unmounts its memory-backed emptyDirs, then removes it.
+pub fn remove_pod_dir(dir: &Path) -> std::io::Result<()> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    for m in mounts_below(&info, dir) {
+        nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH)?;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -606,6 +704,60 @@ mod tests {
     }
 
     #[test]
+    fn memory_volumes_are_sized_as_the_kubelet_sizes_them() {
+        let with_limits = |limits: &[Option<&str>]| {
+            let containers: Vec<serde_json::Value> = limits
+                .iter()
+                .enumerate()
+                .map(|(i, l)| match l {
+                    Some(m) => {
+                        serde_json::json!({"name": format!("c{i}"), "resources": {"limits": {"memory": m}}})
+                    }
+                    None => serde_json::json!({"name": format!("c{i}")}),
+                })
+                .collect();
+            serde_json::from_value::<Pod>(serde_json::json!({"spec": {"containers": containers}}))
+                .expect("pod")
+        };
+        const MI: u64 = 1 << 20;
+        let both = with_limits(&[Some("64Mi"), Some("64Mi")]);
+        assert_eq!(
+            memory_volume_size(&both, Some("10Mi")),
+            Some(10 * MI),
+            "sizeLimit below the pod's"
+        );
+        assert_eq!(
+            memory_volume_size(&both, Some("1Gi")),
+            Some(128 * MI),
+            "the pod's limit below"
+        );
+        assert_eq!(memory_volume_size(&both, None), Some(128 * MI));
+        let partial = with_limits(&[Some("64Mi"), None]);
+        assert_eq!(
+            memory_volume_size(&partial, None),
+            None,
+            "not every container declares one"
+        );
+        assert_eq!(memory_volume_size(&partial, Some("5Mi")), Some(5 * MI));
+    }
+
+    #[test]
+    fn mounts_below_a_pod_dir_deepest_first() {
+        let info = "22 1 0:21 / / rw - rootfs rootfs rw\n\
+            40 22 0:40 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/ram rw - tmpfs tmpfs rw\n\
+            41 40 0:41 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/ram/in rw - tmpfs tmpfs rw\n\
+            42 22 0:42 / /var/lib/kubelet/pods/u10/volumes/x rw - tmpfs tmpfs rw\n";
+        let got = mounts_below(info, Path::new("/var/lib/kubelet/pods/u1"));
+        assert_eq!(
+            got,
+            [
+                PathBuf::from("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/ram/in"),
+                PathBuf::from("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/ram"),
+            ]
+        );
+    }
+
+    #[test]
     fn volume_contents_are_the_kubelets() {
         let token = TokenWanted {
             audience: None,
@@ -615,7 +767,13 @@ mod tests {
         let table = [
             (
                 serde_json::json!({"name": "v", "emptyDir": {}}),
-                Ok(vec!["EmptyDir".to_string()]),
+                Ok(vec!["EmptyDir { medium: Disk }".to_string()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "emptyDir": {"medium": "Memory", "sizeLimit": "5Mi"}}),
+                Ok(vec![
+                    "EmptyDir { medium: Memory { size: Some(5242880) } }".to_string(),
+                ]),
             ),
             (
                 serde_json::json!({"name": "v", "configMap": {"name": "app"}}),

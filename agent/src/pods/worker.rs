@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodStatus, Secret, Volume,
+    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodSpec, PodStatus, Secret, Volume,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use runtime_api::{Client, ClientError, ContainerConfig, ContainerStatus, SandboxStatus, State};
@@ -23,6 +23,7 @@ use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
 use super::env::{self, EnvError, Source};
 use super::events::{self, Event};
+use super::eviction;
 use super::hooks::{self, Hook};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
@@ -184,6 +185,8 @@ pub struct Worker {
     volumes_at: Option<Instant>,
     /// Service account tokens the volumes hold, with when they were issued.
     tokens: BTreeMap<TokenWanted, (String, SystemTime)>,
+    /// When local storage was last measured.
+    storage_at: Option<Instant>,
 }
 
 /// How often ConfigMap, Secret and downward API volumes are brought up to date.
@@ -210,6 +213,7 @@ impl Worker {
             volumes: None,
             volumes_at: None,
             tokens: BTreeMap::new(),
+            storage_at: None,
         }
     }
 
@@ -273,6 +277,7 @@ impl Worker {
     async fn sync(&mut self, pod: &Pod) -> Option<SystemTime> {
         self.observe(pod);
         let now = SystemTime::now();
+        let mut wake = self.check_failure(pod, now).await;
         let node_ip = self.ctx.node.node_ip.clone();
         let mut st = status::pod_status(pod, &self.obs, node_ip.as_deref(), now);
         let terminal = matches!(st.phase.as_deref(), Some("Succeeded" | "Failed"));
@@ -289,12 +294,13 @@ impl Worker {
         {
             tracing::debug!(error = %e, "volume refresh failed");
         }
-        let mut wake = None;
         if terminal {
             self.stop_running(pod).await;
         } else if let Some(spec) = pod.spec.as_ref() {
             let p = plan::plan(spec, &self.obs, now);
-            wake = p.wake;
+            if let Some(at) = p.wake {
+                wake = plan::earliest(wake, at);
+            }
             self.announce_backoffs(pod, now).await;
             let acted = !p.steps.is_empty();
             for step in p.steps {
@@ -312,6 +318,82 @@ impl Worker {
         }
         self.write_status(pod, st).await;
         wake
+    }
+
+    /// Fails the pod when the node must: past its `activeDeadlineSeconds`, or over a
+    /// local-storage limit (measured every [`eviction::STORAGE_CHECK`]). Returns when to look
+    /// again.
+    async fn check_failure(&mut self, pod: &Pod, now: SystemTime) -> Option<SystemTime> {
+        let spec = pod.spec.as_ref()?;
+        let status = pod.status.as_ref();
+        let terminal = matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if self.obs.failed.is_some() || terminal {
+            return None;
+        }
+        let start = status
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| SystemTime::from(t.0));
+        let mut failure = eviction::deadline_failure(spec, start, now);
+        let mut wake = eviction::active_deadline(spec, start);
+        if failure.is_none() && eviction::watches_local_storage(spec) {
+            wake = plan::earliest(wake, now + eviction::STORAGE_CHECK);
+            if self
+                .storage_at
+                .is_none_or(|at| at.elapsed() >= eviction::STORAGE_CHECK)
+            {
+                self.storage_at = Some(Instant::now());
+                if let Some(usage) = self.storage_usage(spec).await {
+                    failure = eviction::local_storage_failure(spec, &usage);
+                }
+            }
+        }
+        let Some(f) = failure else {
+            return wake;
+        };
+        tracing::info!(reason = f.reason, message = %f.message, "the node fails the pod");
+        let warning = f.reason == eviction::EVICTED_REASON;
+        let ev = Event::pod(f.reason, warning, f.message.clone());
+        events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+        self.obs.failed = Some(f);
+        None
+    }
+
+    /// The pod's use of the node's disk: its running containers' writable layers and logs (from
+    /// the runtime), its disk-backed emptyDirs (measured here). None when it cannot be told.
+    async fn storage_usage(&self, spec: &PodSpec) -> Option<eviction::StorageUsage> {
+        let sandbox = self.obs.sandbox.as_ref().filter(|s| s.ready)?.id.clone();
+        let stats = blocking(move || runtime().and_then(|mut rt| rt.pod_stats(&sandbox)))
+            .await?
+            .ok()?;
+        let mut usage = eviction::StorageUsage::default();
+        for c in stats.containers {
+            *usage.containers.entry(c.name).or_default() += c.writable_layer_bytes + c.logs_bytes;
+        }
+        let volumes = self.volumes.as_ref();
+        let dirs: Vec<(String, std::path::PathBuf)> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| {
+                v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+            })
+            .filter_map(|v| Some((v.name.clone(), volumes?.get(&v.name)?.clone())))
+            .collect();
+        usage.empty_dirs = blocking(move || {
+            dirs.into_iter()
+                .map(|(name, dir)| {
+                    let used = kcore::summary::disk_usage(&dir);
+                    (name, used)
+                })
+                .collect::<BTreeMap<String, u64>>()
+        })
+        .await?;
+        Some(usage)
     }
 
     /// Brings `obs` up to the latest runtime snapshot (adopting on the first look).
@@ -942,7 +1024,11 @@ impl Worker {
         if running.is_empty() {
             return;
         }
-        let grace = pod_grace(pod);
+        // An evicted pod's containers get no grace beyond the minimum (the kubelet's override).
+        let grace = match &self.obs.failed {
+            Some(f) if f.reason == eviction::EVICTED_REASON => 0,
+            _ => pod_grace(pod),
+        };
         self.stop(pod, running, grace).await;
     }
 
@@ -1051,7 +1137,7 @@ impl Worker {
         }
         self.obs = Observed::default();
         let dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
-        if let Err(e) = std::fs::remove_dir_all(&dir)
+        if let Err(e) = volumes::remove_pod_dir(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(dir = %dir.display(), error = %e, "removing the pod's volumes failed");

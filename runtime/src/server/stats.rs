@@ -4,6 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::path::Path;
+
+use kcore::summary::disk_usage;
 use std::time::{Duration, Instant};
 
 use runtime_api::{ContainerStats, CpuUsage, MemoryUsage, NetworkUsage, PodStats};
@@ -126,6 +129,14 @@ impl Runtime {
             c.rec.status.name.clone(),
             c.rec.status.cgroup.clone(),
         );
+        let writable_layer_bytes = disk_usage(&c.dir.join("upper"));
+        let logs_bytes = c
+            .rec
+            .status
+            .log_path
+            .as_deref()
+            .and_then(Path::parent)
+            .map_or(0, disk_usage);
         let (cpu, memory) = self.cgroup_usage(&cgroup)?;
         Ok(ContainerStats {
             id,
@@ -133,6 +144,8 @@ impl Runtime {
             timestamp: now(),
             cpu,
             memory,
+            writable_layer_bytes,
+            logs_bytes,
         })
     }
 
