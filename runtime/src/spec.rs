@@ -474,16 +474,20 @@ mod tests {
         assert_eq!(numeric_user("nobody"), None);
     }
 
-    #[test]
-    fn container_spec_values() {
-        let sb = SandboxPaths {
+    fn sandbox_paths() -> SandboxPaths {
+        SandboxPaths {
             pause_pid: 42,
             share_pid: false,
             hosts: "/h".into(),
             hostname: "/n".into(),
             resolv_conf: "/r".into(),
             shm: "/s".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn container_spec_values() {
+        let sb = sandbox_paths();
         let c = ContainerConfig {
             resources: Resources {
                 cpu_request: Some(100),
@@ -525,14 +529,7 @@ mod tests {
     /// (so no implied no_new_privs); unprivileged: the opposite. Localhost profiles are refused.
     #[test]
     fn privileged_containers_are_unconfined() {
-        let sb = SandboxPaths {
-            pause_pid: 42,
-            share_pid: false,
-            hosts: "/h".into(),
-            hostname: "/n".into(),
-            resolv_conf: "/r".into(),
-            shm: "/s".into(),
-        };
+        let sb = sandbox_paths();
         let dev = json!({"path": "/dev/vda", "type": "b", "major": 254, "minor": 0});
         let mount_opts = |s: &Value, dest: &str| -> Vec<Value> {
             s["mounts"]
