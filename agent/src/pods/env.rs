@@ -165,7 +165,7 @@ pub fn field(pod: &Pod, path: &str, host_ip: Option<&str>, pod_ip: Option<&str>)
 
 /// `requests.cpu`, `limits.memory`, ... of container `c`, divided by `divisor` and rounded up
 /// (cpu in cores by default, memory in bytes).
-fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, EnvError> {
+pub fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, EnvError> {
     let unsupported = || EnvError::UnsupportedResource(resource.into());
     let r = c.resources.as_ref();
     let (kind, name) = resource.split_once('.').ok_or_else(unsupported)?;

@@ -141,8 +141,10 @@ pub enum VolumeError {
     Sync { of: Source, reason: String },
     #[error("invalid path {0:?}")]
     InvalidPath(String),
-    #[error("{0}: resourceFieldRef in volumes is not supported yet")]
-    ResourceField(String),
+    #[error("{0}: a downward API item needs a fieldRef or a resourceFieldRef")]
+    NoDownwardSource(String),
+    #[error("container {0} not found")]
+    NoContainer(String),
     #[error("the service account token is not available")]
     NoToken,
     #[error("failed to fetch token: {0}")]
@@ -242,13 +244,24 @@ fn downward(
         if !safe_relative(&it.path) {
             return Err(VolumeError::InvalidPath(it.path.clone()));
         }
-        let Some(f) = &it.field_ref else {
-            return Err(VolumeError::ResourceField(it.path.clone()));
-        };
-        let text = match f.field_path.as_str() {
-            "metadata.labels" => pairs(m.labels.as_ref()),
-            "metadata.annotations" => pairs(m.annotations.as_ref()),
-            other => env::field(pod, other, node_ip, pod_ip)?,
+        let text = match (&it.field_ref, &it.resource_field_ref) {
+            (Some(f), _) => match f.field_path.as_str() {
+                "metadata.labels" => pairs(m.labels.as_ref()),
+                "metadata.annotations" => pairs(m.annotations.as_ref()),
+                other => env::field(pod, other, node_ip, pod_ip)?,
+            },
+            // In a volume the container is named (the API requires it).
+            (None, Some(r)) => {
+                let name = r.container_name.as_deref().unwrap_or_default();
+                let c = pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                    .find(|c| c.name == name)
+                    .ok_or_else(|| VolumeError::NoContainer(name.into()))?;
+                env::resource_field(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))?
+            }
+            (None, None) => return Err(VolumeError::NoDownwardSource(it.path.clone())),
         };
         out.insert(
             it.path.clone(),
@@ -666,7 +679,8 @@ mod tests {
             "metadata": {"name": "web", "namespace": "prod", "uid": "u1",
                 "labels": {"app": "web", "tier": "front"}},
             "spec": {"nodeName": "n1", "volumes": volumes,
-                "containers": [{"name": "main", "image": "busybox"}]},
+                "containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}}}]},
         }))
         .expect("pod")
     }
@@ -816,6 +830,17 @@ mod tests {
                     "labels:644=app=\"web\"\ntier=\"front\"\n".into(),
                     "name:644=web".into(),
                 ]),
+            ),
+            (
+                serde_json::json!({"name": "v", "downwardAPI": {"items": [
+                    {"path": "mem", "resourceFieldRef": {"containerName": "main", "resource": "limits.memory", "divisor": "1Mi"}},
+                    {"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "requests.cpu", "divisor": "1m"}}]}}),
+                Ok(vec!["cpu:644=250".into(), "mem:644=128".into()]),
+            ),
+            (
+                serde_json::json!({"name": "v", "downwardAPI": {"items": [
+                    {"path": "mem", "resourceFieldRef": {"containerName": "nope", "resource": "limits.memory"}}]}}),
+                Err("container nope not found".into()),
             ),
             (
                 serde_json::json!({"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
