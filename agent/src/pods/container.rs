@@ -62,6 +62,20 @@ pub struct NodeFacts {
     pub insecure_registries: Vec<String>,
     /// The machine's memory (bytes), for Burstable `oom_score_adj`.
     pub memory: u64,
+    /// The machine's CPUs (all allocatable).
+    pub cpus: u64,
+}
+
+impl NodeFacts {
+    /// What the node offers pods of `resource` (`cpu` in millicores, `memory` in bytes); None
+    /// where it reports nothing (ephemeral-storage).
+    pub fn allocatable(&self, resource: &str) -> Option<u64> {
+        match resource {
+            "cpu" => Some(self.cpus * 1000),
+            "memory" => Some(kcore::allocatable::allocatable_memory(self.memory)),
+            _ => None,
+        }
+    }
 }
 
 fn milli(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
@@ -382,6 +396,7 @@ mod tests {
             node_ip: Some("10.0.2.15".into()),
             insecure_registries: vec![],
             memory: 8 << 30,
+            cpus: 4,
         }
     }
 

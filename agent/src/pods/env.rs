@@ -164,8 +164,14 @@ pub fn field(pod: &Pod, path: &str, host_ip: Option<&str>, pod_ip: Option<&str>)
 }
 
 /// `requests.cpu`, `limits.memory`, ... of container `c`, divided by `divisor` and rounded up
-/// (cpu in cores by default, memory in bytes).
-pub fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, EnvError> {
+/// (cpu in cores by default, memory in bytes). A limit the container does not set is the node's
+/// allocatable amount, as the kubelet reads it (`MergeContainerResourceLimits`).
+pub fn resource_field(
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+    node: &NodeFacts,
+) -> Result<String, EnvError> {
     let unsupported = || EnvError::UnsupportedResource(resource.into());
     let r = c.resources.as_ref();
     let (kind, name) = resource.split_once('.').ok_or_else(unsupported)?;
@@ -192,7 +198,12 @@ pub fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> R
         ),
         _ => return Err(unsupported()),
     };
-    Ok(amount.unwrap_or(0).div_ceil(per).to_string())
+    let unset = if kind == "limits" {
+        node.allocatable(name).unwrap_or(0)
+    } else {
+        0
+    };
+    Ok(amount.unwrap_or(unset).div_ceil(per).to_string())
 }
 
 /// The data of object `name` of kind `source`: None when it is missing and `optional`.
@@ -279,7 +290,7 @@ pub fn resolve(
                     Some(field(pod, &f.field_path, node.node_ip.as_deref(), pod_ip)?)
                 } else if let Some(r) = &from.resource_field_ref {
                     let divisor = r.divisor.as_ref().map(|d| d.0.as_str());
-                    Some(resource_field(c, &r.resource, divisor)?)
+                    Some(resource_field(c, &r.resource, divisor, node)?)
                 } else {
                     None
                 }
@@ -299,15 +310,17 @@ pub fn resolve(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn node() -> NodeFacts {
+    /// A node with 8 GiB and 4 CPUs at 10.0.2.15 (shared with the volume tests).
+    pub(in crate::pods) fn node() -> NodeFacts {
         NodeFacts {
             node: "n1".into(),
             node_ip: Some("10.0.2.15".into()),
             insecure_registries: vec![],
             memory: 8 << 30,
+            cpus: 4,
         }
     }
 
@@ -362,6 +375,8 @@ mod tests {
                 {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
                 {"name": "CPU_M", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
                 {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                {"name": "CPU_LIMIT_M", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}},
                 {"name": "MODE", "value": "slow"},
             ]),
             serde_json::json!([{"configMapRef": {"name": "app"}, "prefix": "CFG_"}, {"configMapRef": {"name": "app"}}]),
@@ -383,6 +398,9 @@ mod tests {
                 "CPU=1".into(),
                 "CPU_M=250".into(),
                 "MEM_MI=128".into(),
+                // No cpu limit: the node's allocatable cpu (4 CPUs).
+                "CPU_LIMIT=4".into(),
+                "CPU_LIMIT_M=4000".into(),
             ])
         );
     }

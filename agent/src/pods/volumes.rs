@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMapProjection, Container, DownwardAPIVolumeFile, KeyToPath, Pod, SecretProjection, Volume,
 };
 
+use super::container::NodeFacts;
 use super::env::{self, EnvError, Source, Sources};
 
 /// Where pods' volumes live.
@@ -230,10 +231,11 @@ fn downward(
     pod: &Pod,
     items: &[DownwardAPIVolumeFile],
     default_mode: i32,
-    node_ip: Option<&str>,
+    node: &NodeFacts,
     pod_ip: Option<&str>,
 ) -> Result<(), VolumeError> {
     let m = &pod.metadata;
+    let node_ip = node.node_ip.as_deref();
     let pairs = |map: Option<&BTreeMap<String, String>>| -> String {
         map.into_iter()
             .flatten()
@@ -259,7 +261,7 @@ fn downward(
                     .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
                     .find(|c| c.name == name)
                     .ok_or_else(|| VolumeError::NoContainer(name.into()))?;
-                env::resource_field(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))?
+                env::resource_field(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()), node)?
             }
             (None, None) => return Err(VolumeError::NoDownwardSource(it.path.clone())),
         };
@@ -296,7 +298,7 @@ pub fn files(
     v: &Volume,
     sources: &Sources,
     tokens: &BTreeMap<TokenWanted, String>,
-    node_ip: Option<&str>,
+    node: &NodeFacts,
     pod_ip: Option<&str>,
 ) -> Result<Content, VolumeError> {
     let mut out = BTreeMap::new();
@@ -333,7 +335,7 @@ pub fn files(
         object_files(&mut out, sources, Source::Secret, name, items, s.optional, mode)?;
     } else if let Some(d) = &v.downward_api {
         let items = d.items.as_deref().unwrap_or_default();
-        downward(&mut out, pod, items, dm(d.default_mode), node_ip, pod_ip)?;
+        downward(&mut out, pod, items, dm(d.default_mode), node, pod_ip)?;
     } else if let Some(p) = &v.projected {
         let dm = dm(p.default_mode);
         for src in p.sources.iter().flatten() {
@@ -371,7 +373,7 @@ pub fn files(
             }
             if let Some(d) = &src.downward_api {
                 let items = d.items.as_deref().unwrap_or_default();
-                downward(&mut out, pod, items, dm, node_ip, pod_ip)?;
+                downward(&mut out, pod, items, dm, node, pod_ip)?;
             }
             if let Some(t) = &src.service_account_token {
                 let token = tokens.get(&token_wanted(t)).ok_or(VolumeError::NoToken)?;
@@ -857,7 +859,7 @@ mod tests {
         for (vol, want) in table {
             let p = pod(serde_json::json!([vol.clone()]));
             let v = &p.spec.as_ref().and_then(|s| s.volumes.as_ref()).expect("volumes")[0];
-            let got = files(&p, v, &sources(), &tokens, Some("10.0.2.15"), None)
+            let got = files(&p, v, &sources(), &tokens, &crate::pods::env::tests::node(), None)
                 .map(|c| listing(&c))
                 .map_err(|e| e.to_string());
             assert_eq!(got, want, "{vol}");

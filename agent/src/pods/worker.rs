@@ -866,7 +866,6 @@ impl Worker {
         let empty = env::Sources::default();
         let sources = fetched.as_ref().unwrap_or(&empty);
         let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
-        let node_ip = self.ctx.node.node_ip.clone();
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         let mut dirs = BTreeMap::new();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
@@ -882,10 +881,8 @@ impl Worker {
             let set_up = match unreadable {
                 Some(e) => Err(e),
                 None => match self.tokens_for(pod, v).await {
-                    Ok(tokens) => {
-                        volumes::files(pod, v, sources, &tokens, node_ip.as_deref(), pod_ip.as_deref())
-                            .and_then(|content| volumes::set_up(&pod_dir, v, &content))
-                    }
+                    Ok(tokens) => volumes::files(pod, v, sources, &tokens, &self.ctx.node, pod_ip.as_deref())
+                        .and_then(|content| volumes::set_up(&pod_dir, v, &content)),
                     Err(e) => Err(e),
                 },
             };
