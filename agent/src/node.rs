@@ -197,6 +197,11 @@ fn arch() -> &'static str {
     }
 }
 
+/// The machine's CPUs (the Node's cpu capacity, all of it allocatable).
+pub fn cpu_capacity() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
 /// The machine's memory (bytes): what Burstable containers' `oom_score_adj` is relative to.
 pub fn memory_capacity() -> u64 {
     memory_kib() * 1024
@@ -245,7 +250,7 @@ pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
 /// The Node object this machine registers.
 pub fn node_object(name: &str, ip: Option<&str>) -> Value {
     let now = kcore::time::rfc3339(SystemTime::now());
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = cpu_capacity();
     let mem = memory_kib();
     let mut addresses = vec![json!({"type": "Hostname", "address": name})];
     if let Some(ip) = ip {

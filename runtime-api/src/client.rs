@@ -314,9 +314,11 @@ impl Client {
         }
     }
 
-    pub fn pod_stats(&mut self, sandbox_id: &str) -> Result<PodStats, ClientError> {
+    /// A pod's stats; `disk` adds its containers' disk usage (see [`Request::PodStats`]).
+    pub fn pod_stats(&mut self, sandbox_id: &str, disk: bool) -> Result<PodStats, ClientError> {
         match self.call(&Request::PodStats {
             sandbox_id: sandbox_id.into(),
+            disk,
         })? {
             Reply::PodStats { stats } => Ok(stats),
             r => Err(unexpected(r)),

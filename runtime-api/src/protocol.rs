@@ -97,6 +97,11 @@ pub enum Request {
     },
     PodStats {
         sandbox_id: String,
+        /// Also measure each container's disk usage (writable layer, logs): a walk of their
+        /// files, so only for whoever needs it (the agent's local-storage checks), never for
+        /// metrics.
+        #[serde(default)]
+        disk: bool,
     },
     /// Every ready sandbox's stats.
     ListPodStats,

@@ -51,13 +51,14 @@ pub struct ContainerStats {
     pub timestamp: String,
     pub cpu: CpuUsage,
     pub memory: MemoryUsage,
-    /// Bytes of its writable layer (the overlay's upper directory, as `du` counts them).
+    /// Bytes of its writable layer (the overlay's upper directory, as `du` counts them); only
+    /// when the request asked for disk usage.
     #[serde(default)]
-    pub writable_layer_bytes: u64,
+    pub writable_layer_bytes: Option<u64>,
     /// Bytes of its logs (every file of its log directory, rotated ones and earlier restarts'
-    /// included, as the kubelet counts them).
+    /// included, as the kubelet counts them); only when the request asked for disk usage.
     #[serde(default)]
-    pub logs_bytes: u64,
+    pub logs_bytes: Option<u64>,
 }
 
 /// One pod's usage: its slice (every container and the pause process), its interface and its

@@ -346,6 +346,8 @@ pub struct Privileges<'a> {
     pub caps: &'a [String],
     /// [`host_devices`] for a privileged container, else none.
     pub devices: &'a [Value],
+    /// [`effective_profile`]: any profile but Unconfined implies no_new_privs.
+    pub profile: Profile,
 }
 
 /// A container's spec. `oom_score_adj`, the cgroup path and the privileges are computed by the
@@ -358,7 +360,12 @@ pub fn container(
     oom_score_adj: i32,
     privileges: Privileges<'_>,
 ) -> Value {
-    let Privileges { user, caps, devices } = privileges;
+    let Privileges {
+        user,
+        caps,
+        devices,
+        profile,
+    } = privileges;
     let r: &Resources = &cfg.resources;
     let mut cpu = json!({"shares": cgroups::cpu_shares(r.effective_cpu_request().unwrap_or(0)), "period": cgroups::CPU_PERIOD});
     if let Some(l) = r.cpu_limit {
@@ -402,7 +409,7 @@ pub fn container(
         .filter(|w| !w.is_empty())
         .or_else(|| Some(image.working_dir.clone()).filter(|w| !w.is_empty()))
         .unwrap_or_else(|| "/".into());
-    let seccomp = effective_profile(cfg).map_or(true, |p| p != Profile::Unconfined);
+    let seccomp = profile != Profile::Unconfined;
     let (masked, readonly): (&[&str], &[&str]) = if cfg.privileged {
         (&[], &[])
     } else {
@@ -502,6 +509,7 @@ mod tests {
             user: (0, 0),
             caps: &caps,
             devices: &[],
+            profile: Profile::RuntimeDefault,
         };
         let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, granted);
         assert_eq!(
@@ -555,6 +563,7 @@ mod tests {
                 user: (0, 0),
                 caps: &caps,
                 devices: &devices,
+                profile: effective_profile(&c).expect("profile"),
             };
             let s = container(&c, &ImageConfig::default(), &sb, "/c", 0, granted);
             let ro = json!("ro");

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, PodSpec};
 
 /// Why the node failed a pod: the pod's `status.reason` and `status.message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,15 +60,17 @@ fn storage_limit(c: &Container) -> Option<&str> {
     Some(q.0.as_str())
 }
 
-/// The disk-backed emptyDirs with a `sizeLimit`: (volume name, limit text).
-fn sized_empty_dirs(spec: &PodSpec) -> impl Iterator<Item = (&str, &str)> {
+/// The disk-backed emptyDirs (memory-backed ones are tmpfs and count as memory).
+pub fn disk_empty_dirs(spec: &PodSpec) -> impl Iterator<Item = (&str, &EmptyDirVolumeSource)> {
     spec.volumes.iter().flatten().filter_map(|v| {
         let e = v.empty_dir.as_ref()?;
-        if e.medium.as_deref() == Some("Memory") {
-            return None;
-        }
-        Some((v.name.as_str(), e.size_limit.as_ref()?.0.as_str()))
+        (e.medium.as_deref() != Some("Memory")).then_some((v.name.as_str(), e))
     })
+}
+
+/// The disk-backed emptyDirs with a `sizeLimit`: (volume name, limit text).
+fn sized_empty_dirs(spec: &PodSpec) -> impl Iterator<Item = (&str, &str)> {
+    disk_empty_dirs(spec).filter_map(|(name, e)| Some((name, e.size_limit.as_ref()?.0.as_str())))
 }
 
 /// Whether anything of the pod is limited, i.e. whether measuring it is worth the walk.

@@ -153,7 +153,7 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
             node_ip: settings.node_ip.clone(),
             insecure_registries: settings.insecure_registries.clone(),
             memory: crate::node::memory_capacity(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+            cpus: crate::node::cpu_capacity(),
         },
         node_object: std::sync::Mutex::new(None),
     });

@@ -63,26 +63,12 @@ pub enum Medium {
     Memory { size: Option<u64> },
 }
 
-/// The size of a memory-backed emptyDir: the smaller of its `sizeLimit` and the pod's memory
-/// limit when every container declares one (the kubelet's `calculateEmptyDirMemorySize`,
-/// without the node's allocatable memory).
+/// The size of a memory-backed emptyDir: the smaller of its `sizeLimit` and the memory limit of
+/// the pod's cgroup (the kubelet's `calculateEmptyDirMemorySize` reads `ResourceConfigForPod`,
+/// which is `kcore::qos::pod_cgroup`), without the node's allocatable memory.
 pub fn memory_volume_size(pod: &Pod, size_limit: Option<&str>) -> Option<u64> {
     let limit = size_limit.and_then(kcore::quantity::bytes).filter(|b| *b > 0);
-    let pod_limit = pod.spec.as_ref().and_then(|spec| {
-        let declared = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(&spec.containers)
-            .all(|c| {
-                c.resources
-                    .as_ref()
-                    .and_then(|r| r.limits.as_ref())
-                    .is_some_and(|l| l.contains_key("memory"))
-            });
-        let memory = kcore::resources::pod_limits(spec).memory;
-        (declared && memory > 0).then_some(memory)
-    });
+    let pod_limit = kcore::qos::pod_cgroup(pod).memory_limit.filter(|m| *m > 0);
     match (limit, pod_limit) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

@@ -365,31 +365,21 @@ impl Worker {
     /// the runtime), its disk-backed emptyDirs (measured here). None when it cannot be told.
     async fn storage_usage(&self, spec: &PodSpec) -> Option<eviction::StorageUsage> {
         let sandbox = self.obs.sandbox.as_ref().filter(|s| s.ready)?.id.clone();
-        let stats = blocking(move || runtime().and_then(|mut rt| rt.pod_stats(&sandbox)))
+        let stats = blocking(move || runtime().and_then(|mut rt| rt.pod_stats(&sandbox, true)))
             .await?
             .ok()?;
         let mut usage = eviction::StorageUsage::default();
         for c in stats.containers {
-            *usage.containers.entry(c.name).or_default() += c.writable_layer_bytes + c.logs_bytes;
+            let used = c.writable_layer_bytes.unwrap_or(0) + c.logs_bytes.unwrap_or(0);
+            *usage.containers.entry(c.name).or_default() += used;
         }
         let volumes = self.volumes.as_ref();
-        let dirs: Vec<(String, std::path::PathBuf)> = spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter(|v| {
-                v.empty_dir
-                    .as_ref()
-                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
-            })
-            .filter_map(|v| Some((v.name.clone(), volumes?.get(&v.name)?.clone())))
+        let dirs: Vec<(String, std::path::PathBuf)> = eviction::disk_empty_dirs(spec)
+            .filter_map(|(name, _)| Some((name.to_string(), volumes?.get(name)?.clone())))
             .collect();
         usage.empty_dirs = blocking(move || {
             dirs.into_iter()
-                .map(|(name, dir)| {
-                    let used = kcore::summary::disk_usage(&dir);
-                    (name, used)
-                })
+                .map(|(name, dir)| (name, kcore::summary::disk_usage(&dir)))
                 .collect::<BTreeMap<String, u64>>()
         })
         .await?;

@@ -1103,7 +1103,7 @@ fn stats(s: &mut Suite) -> R {
         second.memory.working_set_bytes > 0 && second.memory.usage_bytes >= second.memory.working_set_bytes,
         || format!("{:?}", second.memory),
     )?;
-    let pod = s.client.pod_stats(&sb.id).map_err(e("pod stats"))?;
+    let pod = s.client.pod_stats(&sb.id, false).map_err(e("pod stats"))?;
     ensure(
         pod.containers.len() == 1
             && pod.containers[0].name == "busy"

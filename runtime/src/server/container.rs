@@ -37,19 +37,18 @@ impl Runtime {
             )));
         }
         validate_container(&config)?;
-        let caps = if config.privileged {
-            spec::privileged_capabilities()
+        let invalid =
+            |e: &dyn std::fmt::Display| RuntimeError::Invalid(format!("container {}: {e}", config.name));
+        let (caps, devices) = if config.privileged {
+            let devices =
+                spec::host_devices(Path::new("/dev")).map_err(io_ctx("listing the node's devices"))?;
+            (spec::privileged_capabilities(), devices)
         } else {
-            spec::capabilities(&config.capabilities_add, &config.capabilities_drop)
-                .map_err(|e| RuntimeError::Invalid(format!("container {}: {e}", config.name)))?
+            let caps = spec::capabilities(&config.capabilities_add, &config.capabilities_drop)
+                .map_err(|e| invalid(&e))?;
+            (caps, Vec::new())
         };
-        let profile = spec::effective_profile(&config)
-            .map_err(|e| RuntimeError::Invalid(format!("container {}: {e}", config.name)))?;
-        let devices = if config.privileged {
-            spec::host_devices(Path::new("/dev")).map_err(io_ctx("listing the node's devices"))?
-        } else {
-            Vec::new()
-        };
+        let profile = spec::effective_profile(&config).map_err(|e| invalid(&e))?;
         let image = self.images.get(&config.image)?.ok_or_else(|| {
             RuntimeError::NotFound(format!("image {} is not present on this node", config.image))
         })?;
@@ -117,6 +116,7 @@ impl Runtime {
                     user,
                     caps: &caps,
                     devices: &devices,
+                    profile,
                 },
             );
             fs::write(dir.join("config.json"), s.to_string())

@@ -260,11 +260,11 @@ impl Runtime {
             Request::ListImages => self.list_images().map(|items| Reply::Images { items }),
             Request::RemoveImage { image } => self.remove_image(&image).map(|()| Reply::Ok),
             Request::ContainerStats { id } => self
-                .container_stats(&id)
+                .container_stats(&id, false)
                 .map(|stats| Reply::ContainerStats { stats }),
-            Request::PodStats { sandbox_id } => {
-                self.pod_stats(&sandbox_id).map(|stats| Reply::PodStats { stats })
-            }
+            Request::PodStats { sandbox_id, disk } => self
+                .pod_stats(&sandbox_id, disk)
+                .map(|stats| Reply::PodStats { stats }),
             Request::ListPodStats => Ok(Reply::PodStatsList {
                 items: self.list_pod_stats(),
             }),

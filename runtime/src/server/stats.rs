@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-
-use kcore::summary::disk_usage;
 use std::time::{Duration, Instant};
 
+use kcore::summary::disk_usage;
 use runtime_api::{ContainerStats, CpuUsage, MemoryUsage, NetworkUsage, PodStats};
 
 use super::Runtime;
@@ -119,7 +118,8 @@ impl Runtime {
             .retain(|k, _| !(k == cgroup || k.starts_with(&format!("{cgroup}/"))));
     }
 
-    pub(super) fn container_stats(&mut self, id: &str) -> Result<ContainerStats, RuntimeError> {
+    /// A running container's usage; `disk` also walks its writable layer and logs.
+    pub(super) fn container_stats(&mut self, id: &str, disk: bool) -> Result<ContainerStats, RuntimeError> {
         let c = self.container(id)?;
         if c.run.is_none() {
             return Err(RuntimeError::Conflict(format!("container {id} is not running")));
@@ -129,14 +129,15 @@ impl Runtime {
             c.rec.status.name.clone(),
             c.rec.status.cgroup.clone(),
         );
-        let writable_layer_bytes = disk_usage(&c.dir.join("upper"));
-        let logs_bytes = c
-            .rec
-            .status
-            .log_path
-            .as_deref()
-            .and_then(Path::parent)
-            .map_or(0, disk_usage);
+        let writable_layer_bytes = disk.then(|| disk_usage(&c.dir.join("upper")));
+        let logs_bytes = disk.then(|| {
+            c.rec
+                .status
+                .log_path
+                .as_deref()
+                .and_then(Path::parent)
+                .map_or(0, disk_usage)
+        });
         let (cpu, memory) = self.cgroup_usage(&cgroup)?;
         Ok(ContainerStats {
             id,
@@ -149,7 +150,7 @@ impl Runtime {
         })
     }
 
-    pub(super) fn pod_stats(&mut self, sandbox_id: &str) -> Result<PodStats, RuntimeError> {
+    pub(super) fn pod_stats(&mut self, sandbox_id: &str, disk: bool) -> Result<PodStats, RuntimeError> {
         let sb = self.sandbox(sandbox_id)?;
         if !sb.rec.status.ready {
             return Err(RuntimeError::Conflict(format!(
@@ -164,7 +165,7 @@ impl Runtime {
         let (cpu, memory) = self.cgroup_usage(&st.cgroup)?;
         let mut containers = Vec::new();
         for cid in self.containers_of(sandbox_id) {
-            match self.container_stats(&cid) {
+            match self.container_stats(&cid, disk) {
                 Ok(s) => containers.push(s),
                 Err(RuntimeError::Conflict(_)) => {}
                 Err(e) => tracing::debug!(container = %cid, error = %e, "no stats"),
@@ -192,7 +193,7 @@ impl Runtime {
             .map(|s| s.rec.status.id.clone())
             .collect();
         ids.iter()
-            .filter_map(|id| match self.pod_stats(id) {
+            .filter_map(|id| match self.pod_stats(id, false) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     tracing::debug!(sandbox = %id, error = %e, "no stats");

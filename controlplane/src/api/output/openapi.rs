@@ -172,18 +172,15 @@ fn build() -> Documents {
             if r.is_create_only() {
                 // A review: one POST on the collection, nothing to get or patch.
                 paths.insert(scope, create_path(&gvk, &reference));
-                kind_names.insert((group, version, r.kind), name.clone());
-                kinds.push((name, gvk));
-                continue;
+            } else {
+                let mut path = item_path(&gvk, &reference);
+                if r.is_read_only()
+                    && let Value::Object(ops) = &mut path
+                {
+                    ops.remove("patch");
+                }
+                paths.insert(format!("{scope}/{{name}}"), path);
             }
-            let item = format!("{scope}/{{name}}");
-            let mut path = item_path(&gvk, &reference);
-            if r.is_read_only()
-                && let Value::Object(ops) = &mut path
-            {
-                ops.remove("patch");
-            }
-            paths.insert(item, path);
             kind_names.insert((group, version, r.kind), name.clone());
             kinds.push((name, gvk));
         }
@@ -237,14 +234,17 @@ fn build() -> Documents {
 }
 
 /// The item path of a resource: get and patch, the latter with the `fieldValidation` parameter.
+/// A string query parameter of an operation.
+fn query_param(name: &str) -> Value {
+    json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}})
+}
+
 /// The collection path of a review: `POST` with the kind in and out.
 fn create_path(gvk: &Value, reference: &Value) -> Value {
-    let param =
-        |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
     let content = json!({"application/json": {"schema": reference}});
     json!({
         "post": {
-            "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation")],
+            "parameters": [query_param("dryRun"), query_param("fieldManager"), query_param("fieldValidation")],
             "requestBody": {"content": content, "required": true},
             "responses": {"201": {"description": "Created", "content": content}},
             "x-kubernetes-action": "post",
@@ -254,8 +254,6 @@ fn create_path(gvk: &Value, reference: &Value) -> Value {
 }
 
 fn item_path(gvk: &Value, reference: &Value) -> Value {
-    let param =
-        |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
     let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}});
     let body: Map<String, Value> = [
         "application/json-patch+json",
@@ -273,7 +271,7 @@ fn item_path(gvk: &Value, reference: &Value) -> Value {
             "x-kubernetes-group-version-kind": gvk,
         },
         "patch": {
-            "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation"), param("force")],
+            "parameters": [query_param("dryRun"), query_param("fieldManager"), query_param("fieldValidation"), query_param("force")],
             "requestBody": {"content": body, "required": true},
             "responses": ok,
             "x-kubernetes-action": "patch",
