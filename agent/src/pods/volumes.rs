@@ -9,7 +9,7 @@
 //! symlink through `..data`, so a container never sees half an update.
 //!
 //! emptyDir with `medium: Memory` is a tmpfs of its own, sized as the kubelet sizes it: the
-//! smaller of its `sizeLimit` and the pod's memory limit (when every container declares one);
+//! smaller of its `sizeLimit` and the memory limit of the pod's cgroup (`kcore::qos::pod_cgroup`);
 //! with neither, the kernel's default (half the node's memory) where upstream takes the node's
 //! allocatable memory. A disk-backed emptyDir over its `sizeLimit` evicts the pod
 //! (`eviction.rs`). Pod directories are taken down by [`remove_pod_dir`], which unmounts those
