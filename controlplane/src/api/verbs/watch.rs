@@ -3,7 +3,7 @@
 //! (objects moving out of the selection arrive as DELETED), bookmarks, `timeoutSeconds`, and 410
 //! Expired as an ERROR event when the start revision is compacted.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,15 +74,15 @@ impl Framing {
     }
 }
 
-/// One store event decoded once for every watcher that receives it (a thousand watchers of one
-/// resource would otherwise each parse and re-serialize the same object).
+/// One store event made ready once for every watcher that receives it (a thousand watchers of
+/// one resource would otherwise each parse and re-serialize the same object). The JSON object
+/// is the stored bytes with the resourceVersion spliced in; the object is decoded only when a
+/// watcher needs it as a value (tables, protobuf frames).
 #[derive(Debug)]
 pub(crate) struct Decoded {
-    rev: i64,
-    key: String,
-    obj: Value,
-    prev: Option<Value>,
+    kv: KeyValue,
     obj_json: Bytes,
+    obj: std::sync::OnceLock<Option<Value>>,
     /// The framed event lines (ADDED, MODIFIED, DELETED), built once for all watchers.
     lines: [std::sync::OnceLock<Bytes>; 3],
     /// The same as protobuf frames.
@@ -90,59 +90,73 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
-    fn line(&self, kind: &'static str, framing: Framing) -> Bytes {
+    fn new(kv: KeyValue) -> Option<Self> {
+        let mut obj_json = Vec::new();
+        write_listed(&kv, &mut obj_json).ok()?;
+        Some(Self {
+            kv,
+            obj_json: Bytes::from(obj_json),
+            obj: std::sync::OnceLock::new(),
+            lines: Default::default(),
+            frames: Default::default(),
+        })
+    }
+
+    /// The object as a value (decoded on first use).
+    fn obj(&self) -> Option<&Value> {
+        self.obj.get_or_init(|| decode(&self.kv).ok()).as_ref()
+    }
+
+    fn line(&self, kind: &'static str, framing: Framing) -> Option<Bytes> {
         let i = match kind {
             "ADDED" => 0,
             "MODIFIED" => 1,
             _ => 2,
         };
-        match framing {
-            Framing::Json => self.lines[i].get_or_init(|| line_raw(kind, &self.obj_json)),
-            Framing::Protobuf => self.frames[i].get_or_init(|| framing.event(kind, &self.obj)),
-        }
-        .clone()
+        Some(
+            match framing {
+                Framing::Json => self.lines[i].get_or_init(|| line_raw(kind, &self.obj_json)),
+                Framing::Protobuf => {
+                    let obj = self.obj()?;
+                    self.frames[i].get_or_init(|| framing.event(kind, obj))
+                }
+            }
+            .clone(),
+        )
     }
 }
 
-/// The most recent decoded events, shared by all watches.
+/// The most recent events made ready, shared by all watches, by (revision, key).
 #[derive(Debug, Default)]
 pub(crate) struct WatchCache {
-    entries: Mutex<VecDeque<Arc<Decoded>>>,
+    entries: Mutex<CacheEntries>,
+}
+
+#[derive(Debug, Default)]
+struct CacheEntries {
+    by_event: HashMap<(i64, String), Arc<Decoded>>,
+    order: VecDeque<(i64, String)>,
 }
 
 const WATCH_CACHE_ENTRIES: usize = 1024;
 
 impl WatchCache {
-    fn get(&self, ev: &crate::storage::Event) -> Option<Arc<Decoded>> {
-        let find = |q: &VecDeque<Arc<Decoded>>| {
-            q.iter()
-                .rev()
-                .find(|d| d.rev == ev.kv.mod_revision && d.key == ev.kv.key)
-                .cloned()
-        };
-        if let Some(d) = self.entries.lock().ok().and_then(|q| find(&q)) {
+    fn get(&self, kv: &KeyValue) -> Option<Arc<Decoded>> {
+        let id = (kv.mod_revision, kv.key.clone());
+        if let Some(d) = self.entries.lock().ok().and_then(|q| q.by_event.get(&id).cloned()) {
             return Some(d);
         }
-        let mut obj = decode(&ev.kv).ok()?;
-        obj["metadata"]["resourceVersion"] = json!(ev.kv.mod_revision.to_string());
-        let prev = ev.prev.as_ref().and_then(|p| decode(p).ok());
-        let obj_json = Bytes::from(serde_json::to_vec(&obj).ok()?);
-        let d = Arc::new(Decoded {
-            rev: ev.kv.mod_revision,
-            key: ev.kv.key.clone(),
-            obj,
-            prev,
-            obj_json,
-            lines: Default::default(),
-            frames: Default::default(),
-        });
+        let d = Arc::new(Decoded::new(kv.clone())?);
         if let Ok(mut q) = self.entries.lock() {
-            if let Some(existing) = find(&q) {
-                return Some(existing);
+            if let Some(existing) = q.by_event.get(&id) {
+                return Some(existing.clone());
             }
-            q.push_back(d.clone());
-            while q.len() > WATCH_CACHE_ENTRIES {
-                q.pop_front();
+            q.by_event.insert(id.clone(), d.clone());
+            q.order.push_back(id);
+            while q.order.len() > WATCH_CACHE_ENTRIES {
+                if let Some(old) = q.order.pop_front() {
+                    q.by_event.remove(&old);
+                }
             }
         }
         Some(d)
@@ -280,9 +294,11 @@ impl Api {
                     Some(Ok(ev)) => {
                         last_rev = ev.kv.mod_revision;
                         let rev = ev.kv.mod_revision.to_string();
-                        let Some(d) = cache.get(&ev) else { continue };
-                        let was = d.prev.as_ref().is_some_and(|p| filter.matches(p));
-                        let is = filter.matches(&d.obj);
+                        let Some(d) = cache.get(&ev.kv) else { continue };
+                        // Stored objects without resourceVersion: selectors never read it.
+                        let selected = |kv: &KeyValue| filter.matches_json(&kv.value).unwrap_or(false);
+                        let was = ev.prev.as_ref().is_some_and(selected);
+                        let is = selected(&ev.kv);
                         let kind = match (ev.kind, was, is) {
                             (EventKind::Delete, true, _) => Some("DELETED"),
                             (EventKind::Delete, false, _) => None,
@@ -291,9 +307,9 @@ impl Api {
                             (EventKind::Put, true, false) => Some("DELETED"),
                             (EventKind::Put, false, false) => None,
                         };
-                        kind.map(|k| match want {
+                        kind.and_then(|k| match want {
                             Want::Object => d.line(k, framing),
-                            Want::Table => line(k, &render(&d.obj, &rev)),
+                            Want::Table => d.obj().map(|o| line(k, &render(o, &rev))),
                         })
                     }
                 };

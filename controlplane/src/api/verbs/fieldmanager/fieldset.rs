@@ -87,104 +87,140 @@ pub enum Scope {
 
 /// The fields set in `obj` (of type `ty`), as paths.
 pub(super) fn fields_of(obj: &Value, ty: Type, scope: Scope) -> FieldSet {
-    let mut out = FieldSet::new();
-    let Value::Object(m) = obj else { return out };
-    for (k, v) in m {
-        let keep = match (scope, k.as_str()) {
-            (_, "apiVersion" | "kind") => false,
-            (Scope::Status, f) => f == "status",
-            (Scope::Main { status_is_separate }, "status") => !status_is_separate,
-            _ => true,
-        };
-        if !keep {
-            continue;
-        }
-        let mut path = vec![Step::Field(k.clone())];
-        if k == "metadata" {
-            if let Value::Object(meta) = v {
-                for (mk, mv) in meta
-                    .iter()
-                    .filter(|(mk, _)| !UNTRACKED_METADATA.contains(&mk.as_str()))
-                {
-                    path.push(Step::Field(mk.clone()));
-                    collect_field(mv, ty.child("metadata"), mk, &mut path, &mut out);
-                    path.pop();
-                }
-            }
-            continue;
-        }
-        collect_field(v, ty, k, &mut path, &mut out);
-    }
-    out
+    let mut walk = Walk {
+        out: FieldSet::new(),
+        changed: None,
+    };
+    walk.root(obj, None, ty, scope);
+    walk.out
 }
 
-/// Collects field `name` of a `parent`-typed object holding `v`; `path` ends at the field.
-fn collect_field(v: &Value, parent: Type, name: &str, path: &mut Path, out: &mut FieldSet) {
-    let field = parent.field(name);
-    let ty = field.map_or(Type::UNKNOWN, |f| f.ty);
-    match v {
-        Value::Object(m) if !m.is_empty() => {
-            if field.is_some_and(|f| f.is_map) {
-                for (k, child) in m {
-                    path.push(Step::Field(k.clone()));
-                    collect_value(child, ty, path, out);
-                    path.pop();
-                }
-            } else {
-                collect_object(m, ty, path, out);
+/// The fields set in `new`, and those of them whose value differs from `old`'s (what
+/// [`changed`] says of each path, found in one walk of both objects).
+pub(super) fn fields_and_changes(old: Option<&Value>, new: &Value, ty: Type, scope: Scope) -> (FieldSet, FieldSet) {
+    let mut walk = Walk {
+        out: FieldSet::new(),
+        changed: Some(FieldSet::new()),
+    };
+    walk.root(new, old, ty, scope);
+    (walk.out, walk.changed.unwrap_or_default())
+}
+
+/// A walk of an object by its type that collects its field paths and, when asked, the paths
+/// whose value differs in the object walked alongside (`old`: the value at the same path there).
+struct Walk {
+    out: FieldSet,
+    changed: Option<FieldSet>,
+}
+
+impl Walk {
+    fn root(&mut self, obj: &Value, old: Option<&Value>, ty: Type, scope: Scope) {
+        let Value::Object(m) = obj else { return };
+        for (k, v) in m {
+            let keep = match (scope, k.as_str()) {
+                (_, "apiVersion" | "kind") => false,
+                (Scope::Status, f) => f == "status",
+                (Scope::Main { status_is_separate }, "status") => !status_is_separate,
+                _ => true,
+            };
+            if !keep {
+                continue;
             }
-        }
-        Value::Array(items) if !items.is_empty() => {
-            let list = field.and_then(|f| f.list).unwrap_or(ListKind::Atomic);
-            match list {
-                ListKind::Atomic => {
-                    out.insert(path.clone());
-                }
-                ListKind::Set => {
-                    for it in items {
-                        path.push(Step::Value(it.to_string()));
-                        out.insert(path.clone());
+            let old_v = old.and_then(|o| o.get(k));
+            let mut path = vec![Step::Field(k.clone())];
+            if k == "metadata" {
+                if let Value::Object(meta) = v {
+                    for (mk, mv) in meta
+                        .iter()
+                        .filter(|(mk, _)| !UNTRACKED_METADATA.contains(&mk.as_str()))
+                    {
+                        path.push(Step::Field(mk.clone()));
+                        let old_mv = old_v.and_then(|o| o.get(mk));
+                        self.field(mv, old_mv, ty.child("metadata"), mk, &mut path);
                         path.pop();
                     }
                 }
-                ListKind::Map(keys) => {
-                    let Some(item_keys) = list_keys(items, keys) else {
-                        // Items without their keys: the list can only be owned as a whole.
-                        out.insert(path.clone());
-                        return;
-                    };
-                    for (it, key) in items.iter().zip(item_keys) {
-                        path.push(Step::Key(key));
-                        out.insert(path.clone());
-                        if let Value::Object(m) = it {
-                            collect_object(m, ty, path, out);
+                continue;
+            }
+            self.field(v, old_v, ty, k, &mut path);
+        }
+    }
+
+    /// Records `path` (whose value is `v`, and `old` in the other object).
+    fn insert(&mut self, path: &Path, v: &Value, old: Option<&Value>) {
+        self.out.insert(path.clone());
+        if let Some(changed) = &mut self.changed
+            && differ(old, Some(v))
+        {
+            changed.insert(path.clone());
+        }
+    }
+
+    /// Field `name` of a `parent`-typed object holding `v`; `path` ends at the field.
+    fn field(&mut self, v: &Value, old: Option<&Value>, parent: Type, name: &str, path: &mut Path) {
+        let field = parent.field(name);
+        let ty = field.map_or(Type::UNKNOWN, |f| f.ty);
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                if field.is_some_and(|f| f.is_map) {
+                    for (k, child) in m {
+                        path.push(Step::Field(k.clone()));
+                        self.value(child, old.and_then(|o| o.get(k)), ty, path);
+                        path.pop();
+                    }
+                } else {
+                    self.object(m, old, ty, path);
+                }
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let list = field.and_then(|f| f.list).unwrap_or(ListKind::Atomic);
+                let old_items = old.and_then(Value::as_array);
+                match list {
+                    ListKind::Atomic => self.insert(path, v, old),
+                    ListKind::Set => {
+                        for it in items {
+                            path.push(Step::Value(it.to_string()));
+                            let old_it = old_items.and_then(|o| o.iter().find(|x| *x == it));
+                            self.insert(path, it, old_it);
+                            path.pop();
                         }
-                        path.pop();
+                    }
+                    ListKind::Map(keys) => {
+                        let Some(item_keys) = list_key_maps(items, keys) else {
+                            // Items without their keys: the list can only be owned as a whole.
+                            self.insert(path, v, old);
+                            return;
+                        };
+                        for (it, key) in items.iter().zip(item_keys) {
+                            let old_it = old_items.and_then(|o| o.iter().find(|x| matches_key(x, &key)));
+                            path.push(Step::Key(Value::Object(key).to_string()));
+                            self.insert(path, it, old_it);
+                            if let Value::Object(m) = it {
+                                self.object(m, old_it, ty, path);
+                            }
+                            path.pop();
+                        }
                     }
                 }
             }
-        }
-        _ => {
-            out.insert(path.clone());
+            _ => self.insert(path, v, old),
         }
     }
-}
 
-/// A map value or the like: a struct of type `ty` if it is an object, else a leaf.
-fn collect_value(v: &Value, ty: Type, path: &mut Path, out: &mut FieldSet) {
-    match v {
-        Value::Object(m) if !m.is_empty() => collect_object(m, ty, path, out),
-        _ => {
-            out.insert(path.clone());
+    /// A map value or the like: a struct of type `ty` if it is an object, else a leaf.
+    fn value(&mut self, v: &Value, old: Option<&Value>, ty: Type, path: &mut Path) {
+        match v {
+            Value::Object(m) if !m.is_empty() => self.object(m, old, ty, path),
+            _ => self.insert(path, v, old),
         }
     }
-}
 
-fn collect_object(m: &Map<String, Value>, ty: Type, path: &mut Path, out: &mut FieldSet) {
-    for (k, child) in m {
-        path.push(Step::Field(k.clone()));
-        collect_field(child, ty, k, path, out);
-        path.pop();
+    fn object(&mut self, m: &Map<String, Value>, old: Option<&Value>, ty: Type, path: &mut Path) {
+        for (k, child) in m {
+            path.push(Step::Field(k.clone()));
+            self.field(child, old.and_then(|o| o.get(k)), ty, k, path);
+            path.pop();
+        }
     }
 }
 
@@ -194,34 +230,47 @@ fn collect_object(m: &Map<String, Value>, ty: Type, path: &mut Path, out: &mut F
 /// leaves them out must still name the same items. Items that share a first key (53/TCP and
 /// 53/UDP) are keyed by every key they carry.
 pub(super) fn list_keys(items: &[Value], keys: &[&str]) -> Option<Vec<String>> {
+    Some(
+        list_key_maps(items, keys)?
+            .into_iter()
+            .map(|m| Value::Object(m).to_string())
+            .collect(),
+    )
+}
+
+/// [`list_keys`] as key objects.
+fn list_key_maps(items: &[Value], keys: &[&str]) -> Option<Vec<Map<String, Value>>> {
     let first = keys.first()?;
-    let primary: Vec<String> = items
+    let primary: Vec<&Value> = items
         .iter()
-        .map(|it| it.get(*first).filter(|v| !v.is_null()).map(Value::to_string))
+        .map(|it| it.get(*first).filter(|v| !v.is_null()))
         .collect::<Option<_>>()?;
     let mut seen = std::collections::HashSet::new();
-    let unique = primary.iter().all(|p| seen.insert(p));
+    let unique = primary.iter().all(|p| seen.insert(p.to_string()));
     let used = if unique { &keys[..1] } else { keys };
-    Some(items.iter().map(|it| item_key(it, used)).collect())
+    Some(items.iter().map(|it| item_key_map(it, used)).collect())
 }
 
 /// The key object of one item over `keys` (the ones it has).
-pub(super) fn item_key(item: &Value, keys: &[&str]) -> String {
-    let m: Map<String, Value> = keys
-        .iter()
+fn item_key_map(item: &Value, keys: &[&str]) -> Map<String, Value> {
+    keys.iter()
         .filter_map(|k| {
             item.get(*k)
                 .filter(|v| !v.is_null())
                 .map(|v| ((*k).to_string(), v.clone()))
         })
-        .collect();
-    Value::Object(m).to_string()
+        .collect()
+}
+
+/// Whether `item` has every field of the (non-empty) key object `key` with the same value.
+fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
+    !key.is_empty() && key.iter().all(|(k, v)| item.get(k) == Some(v))
 }
 
 /// Whether `item` has every field of the key object `key` with the same value.
 pub(super) fn has_key(item: &Value, key: &str) -> bool {
     let keys: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
-    !keys.is_empty() && keys.iter().all(|(k, v)| item.get(k) == Some(v))
+    matches_key(item, &keys)
 }
 
 /// The value at `path` in `obj`.
@@ -230,7 +279,10 @@ pub(super) fn value_at<'a>(obj: &'a Value, path: &Path) -> Option<&'a Value> {
     for step in path {
         cur = match step {
             Step::Field(f) => cur.get(f)?,
-            Step::Key(k) => cur.as_array()?.iter().find(|it| has_key(it, k))?,
+            Step::Key(k) => {
+                let key: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+                cur.as_array()?.iter().find(|it| matches_key(it, &key))?
+            }
             Step::Value(v) => {
                 let want: Value = serde_json::from_str(v).ok()?;
                 cur.as_array()?.iter().find(|it| **it == want)?
@@ -282,7 +334,12 @@ pub(super) fn remove_at(obj: &mut Value, path: &Path) {
 /// Whether the field at `path` differs between `a` and `b` (for structures and list items:
 /// whether it appeared or disappeared; their fields are compared on their own).
 pub(super) fn changed(a: &Value, b: &Value, path: &Path) -> bool {
-    match (value_at(a, path), value_at(b, path)) {
+    differ(value_at(a, path), value_at(b, path))
+}
+
+/// Whether two values at one path differ (two objects do not: their fields are paths of their own).
+fn differ(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
         (Some(Value::Object(_)), Some(Value::Object(_))) => false,
         (x, y) => x != y,
     }

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 pub use fieldset::Scope;
 use fieldset::{
-    FieldSet, Path, changed, fields_of, from_fields_v1, has_key, list_keys, path_string, remove_at,
+    FieldSet, Path, changed, fields_and_changes, fields_of, from_fields_v1, has_key, list_keys, path_string, remove_at,
     to_fields_v1,
 };
 
@@ -144,16 +144,19 @@ pub fn record_update(ty: Type, old: Option<&Value>, new: &mut Value, w: Writer<'
         (None, Some(o)) => read_entries(o),
         (None, None) => Vec::new(),
     };
-    let empty = Value::Null;
-    let old_obj = old.unwrap_or(&empty);
-    let old_set = old.map(|o| fields_of(o, ty, w.scope)).unwrap_or_default();
-    let new_set = fields_of(new, ty, w.scope);
-    let changed_set: FieldSet = new_set
+    let (new_set, changed_set) = fields_and_changes(old, new, ty, w.scope);
+    // Fields `old` set and `new` does not are nobody's any more. Owned fields are usually all
+    // still set, so `old`'s fields are only walked when some owned field is gone from `new`.
+    let gone = entries
         .iter()
-        .filter(|p| changed(old_obj, new, p))
-        .cloned()
-        .collect();
-    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+        .any(|e| e.fields.iter().any(|p| !new_set.contains(p)));
+    let removed: FieldSet = match old {
+        Some(o) if gone => fields_of(o, ty, w.scope)
+            .difference(&new_set)
+            .cloned()
+            .collect(),
+        _ => FieldSet::new(),
+    };
     let sub = w.subresource();
     for e in &mut entries {
         e.fields.retain(|p| !removed.contains(p));

@@ -253,3 +253,46 @@ fn defaulted_secondary_keys_name_the_same_item() {
     let d2 = apply(svc, &d, &dns, false, w("alice")).expect("re-apply");
     assert_eq!(d2["spec"]["ports"].as_array().map(Vec::len), Some(2));
 }
+
+/// The one-walk change detection agrees with comparing the values at every path.
+#[test]
+fn one_walk_finds_the_changes_path_comparison_finds() {
+    use super::fieldset::changed;
+    let pod = Type::of_kind("v1", "Pod");
+    let base = json!({"metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x", "y"]},
+        "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                                 "env": [{"name": "E", "value": "1"}]}],
+                 "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
+    let mut variants = vec![base.clone(), json!({})];
+    for (path, v) in [
+        ("/metadata/labels/a", json!("2")),
+        ("/metadata/finalizers", json!(["y", "z"])),
+        ("/spec/containers/0/image", json!("j")),
+        ("/spec/containers/0/env", json!([{"name": "E", "value": "2"}, {"name": "F"}])),
+        ("/spec/containers/0/ports", json!([{"containerPort": 80, "protocol": "UDP"}, {"containerPort": 80, "protocol": "TCP"}])),
+        ("/spec/containers", json!([{"name": "d", "image": "i"}, {"image": "nameless"}])),
+        ("/spec/nodeSelector", json!({})),
+        ("/spec/tolerations", json!("not a list")),
+        ("/status/conditions/0/status", json!("False")),
+        ("/status", json!({"phase": "Failed"})),
+    ] {
+        let mut o = base.clone();
+        if let Some(at) = o.pointer_mut(path) {
+            *at = v;
+        }
+        variants.push(o);
+    }
+    for scope in [Scope::Main { status_is_separate: true }, Scope::Status] {
+        for old in &variants {
+            for new in &variants {
+                let (fields, changes) = fields_and_changes(Some(old), new, pod, scope);
+                assert_eq!(fields, fields_of(new, pod, scope));
+                let expected: FieldSet = fields.iter().filter(|p| changed(old, new, p)).cloned().collect();
+                assert_eq!(changes, expected, "{old} -> {new}");
+            }
+            let (fields, changes) = fields_and_changes(None, old, pod, scope);
+            assert_eq!(changes, fields, "a create changes every field it sets");
+        }
+    }
+}
