@@ -1037,3 +1037,79 @@ async fn readyz_fails_while_the_store_is_read_only() {
     assert_eq!(get("/healthz").await.0, 500);
     assert_eq!(get("/livez").await, (200, "ok".into()));
 }
+
+/// Metadata clients (`as=PartialObjectMetadata[List]`, client-go's metadata informers and kube's
+/// `metadata_watcher`) get only metadata, on get, list and watch.
+#[tokio::test]
+async fn partial_object_metadata_on_get_list_and_watch() {
+    let f = fixture().await;
+    f.post(PODS, pod("a")).await;
+    f.post(PODS, pod("b")).await;
+    let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+    let (code, m) = f.call_as(Some(&admin()), Method::GET, &format!("{PODS}/a"), "", "", one).await;
+    assert_eq!(code, 200);
+    assert_eq!(m["kind"], "PartialObjectMetadata");
+    assert_eq!(m["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(m["metadata"]["name"], "a");
+    assert!(m["metadata"]["uid"].is_string() && m["metadata"]["resourceVersion"].is_string());
+    assert!(m.get("spec").is_none() && m.get("status").is_none());
+
+    let many = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let (code, l) = f.call_as(Some(&admin()), Method::GET, &format!("{PODS}?limit=1"), "", "", many).await;
+    assert_eq!(code, 200);
+    assert_eq!(l["kind"], "PartialObjectMetadataList");
+    assert_eq!(l["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(l["items"][0]["kind"], "PartialObjectMetadata");
+    assert_eq!(l["items"][0]["metadata"]["name"], "a");
+    assert!(l["items"][0].get("spec").is_none());
+    assert!(l["metadata"]["continue"].is_string());
+    let (_, get) = f.get(&format!("{PODS}/a")).await;
+    assert_eq!(l["items"][0]["metadata"]["resourceVersion"], get["metadata"]["resourceVersion"]);
+
+    let req = Request::builder()
+        .uri(format!("{PODS}?watch=true&timeoutSeconds=5"))
+        .header(http::header::ACCEPT, many)
+        .body(Bytes::new())
+        .expect("request");
+    let resp = f.api.handle(Some(&admin()), req).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut body = resp.into_body();
+    f.call(
+        Method::PATCH,
+        &format!("{PODS}/b"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"x":"1"}}}"#,
+    )
+    .await;
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let Some(Ok(frame)) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                events.push(serde_json::from_slice::<Value>(line).expect("event json"));
+            }
+        }
+    }
+    let seen: Vec<(&str, &str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default(),
+                e["object"]["kind"].as_str().unwrap_or_default(),
+                e["object"]["metadata"]["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "PartialObjectMetadata", "a"),
+            ("ADDED", "PartialObjectMetadata", "b"),
+            ("MODIFIED", "PartialObjectMetadata", "b")
+        ]
+    );
+    assert_eq!(events[2]["object"]["metadata"]["labels"]["x"], "1");
+    assert!(events.iter().all(|e| e["object"].get("spec").is_none()));
+}

@@ -165,7 +165,7 @@ impl Api {
                     Some(ns) => not_found("podmetrics", &format!("{ns}/{name}")),
                     None => not_found("nodemetrics", name),
                 })?;
-                if want == Want::Object {
+                if want != Want::Table {
                     return Ok(m);
                 }
                 vec![m]
@@ -189,7 +189,7 @@ impl Api {
                         items.push(m);
                     }
                 }
-                if want == Want::Object {
+                if want != Want::Table {
                     return Ok(summary::list(kind, items));
                 }
                 items

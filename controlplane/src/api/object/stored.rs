@@ -71,6 +71,26 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(v)
 }
 
+/// The `PartialObjectMetadata` of an object's `metadata` (`meta.k8s.io/v1`).
+pub(crate) fn partial_metadata(metadata: Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+}
+
+/// The `PartialObjectMetadata` of a stored object: only its metadata is decoded.
+pub(crate) fn decode_metadata(kv: &KeyValue) -> Result<Value, ApiError> {
+    static METADATA: std::sync::OnceLock<crate::api::object::sparse::Paths> = std::sync::OnceLock::new();
+    let paths = METADATA.get_or_init(|| crate::api::object::sparse::Paths::new(["metadata"]));
+    let mut v = paths
+        .decode(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object {}: {e}", kv.key)))?;
+    let mut meta = v["metadata"].take();
+    if !meta.is_object() {
+        meta = json!({});
+    }
+    meta["resourceVersion"] = Value::String(kv.mod_revision.to_string());
+    Ok(partial_metadata(meta))
+}
+
 /// Appends the object of `kv` as the API shows it (its `resourceVersion` set) to `out`: the
 /// stored bytes with the field inserted, or, when they are not in the expected shape, the object
 /// decoded and encoded again.

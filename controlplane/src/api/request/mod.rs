@@ -24,10 +24,14 @@ pub struct Caller {
 pub(crate) enum Want {
     Object,
     Table,
+    /// `as=PartialObjectMetadata` (or `...List`): the objects' metadata only, as client-go's
+    /// and kube's metadata clients ask.
+    Metadata,
 }
 
 impl Want {
-    /// From the request's `Accept` header: a server-side table (`as=Table`) or the object.
+    /// From the request's `Accept` header: a server-side table (`as=Table`), metadata only
+    /// (`as=PartialObjectMetadata`) or the object.
     pub(crate) fn of(req: &Request<Bytes>) -> Self {
         let accept = req
             .headers()
@@ -36,6 +40,8 @@ impl Want {
             .unwrap_or_default();
         if accept.contains("as=Table") {
             Want::Table
+        } else if accept.contains("as=PartialObjectMetadata") {
+            Want::Metadata
         } else {
             Want::Object
         }

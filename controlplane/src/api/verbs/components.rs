@@ -29,8 +29,8 @@ impl Api {
         };
         Ok(match (want, t.name.is_some()) {
             (Want::Table, _) => table::table(t.res, &items, "", None, false),
-            (Want::Object, true) => items.into_iter().next().unwrap_or_default(),
-            (Want::Object, false) => json!({"apiVersion": "v1", "kind": "ComponentStatusList",
+            (Want::Object | Want::Metadata, true) => items.into_iter().next().unwrap_or_default(),
+            (Want::Object | Want::Metadata, false) => json!({"apiVersion": "v1", "kind": "ComponentStatusList",
                 "metadata": {}, "items": items}),
         })
     }

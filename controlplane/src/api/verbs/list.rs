@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::filter_of;
 use crate::api::Api;
 use crate::api::object::selector::Filter;
-use crate::api::object::stored::{decode, store_err, write_listed};
+use crate::api::object::stored::{decode, decode_metadata, store_err, write_listed};
 use crate::api::object::{b64, unb64};
 use crate::api::output::{Body, Format, bytes_response, full, json_response, table};
 use crate::api::protobuf::{self, ListEncoder};
@@ -145,6 +145,21 @@ impl Api {
                 q.get("includeObject") == Some("Object"),
             );
             return Ok(json_response(200, &table));
+        }
+        if want == Want::Metadata {
+            let listed = self.list_matching(t, q, &filter, limit).await?;
+            let items = listed
+                .items
+                .iter()
+                .map(decode_metadata)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut meta = json!({"resourceVersion": listed.revision.to_string()});
+            if let Some(next) = &listed.next {
+                meta["continue"] = json!(next);
+            }
+            let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta, "items": items});
+            return Ok(json_response(200, &list));
         }
         let proto = match format {
             Format::Protobuf => ListEncoder::new(&t.res.api_version(), t.res.kind),

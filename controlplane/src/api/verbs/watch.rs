@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::filter_of;
 use crate::api::Api;
-use crate::api::object::stored::{decode, write_listed};
+use crate::api::object::stored::{decode, decode_metadata, partial_metadata, write_listed};
 use crate::api::output::{Body, Format, table};
 use crate::api::protobuf::{self, watch_frame_of};
 use crate::api::request::{Query, Target, Want};
@@ -83,6 +83,8 @@ pub(crate) struct Decoded {
     kv: KeyValue,
     obj_json: Bytes,
     obj: std::sync::OnceLock<Option<Value>>,
+    /// The event lines of the object's `PartialObjectMetadata` (metadata clients).
+    metadata_lines: [std::sync::OnceLock<Option<Bytes>>; 3],
     /// The framed event lines (ADDED, MODIFIED, DELETED), built once for all watchers.
     lines: [std::sync::OnceLock<Bytes>; 3],
     /// The same as protobuf frames.
@@ -97,6 +99,7 @@ impl Decoded {
             kv,
             obj_json: Bytes::from(obj_json),
             obj: std::sync::OnceLock::new(),
+            metadata_lines: Default::default(),
             lines: Default::default(),
             frames: Default::default(),
         })
@@ -107,12 +110,15 @@ impl Decoded {
         self.obj.get_or_init(|| decode(&self.kv).ok()).as_ref()
     }
 
+    /// The JSON event line of the object's `PartialObjectMetadata` (only the metadata decoded).
+    fn metadata_line(&self, kind: &'static str) -> Option<Bytes> {
+        self.metadata_lines[kind_index(kind)]
+            .get_or_init(|| decode_metadata(&self.kv).ok().map(|m| line(kind, &m)))
+            .clone()
+    }
+
     fn line(&self, kind: &'static str, framing: Framing) -> Option<Bytes> {
-        let i = match kind {
-            "ADDED" => 0,
-            "MODIFIED" => 1,
-            _ => 2,
-        };
+        let i = kind_index(kind);
         Some(
             match framing {
                 Framing::Json => self.lines[i].get_or_init(|| line_raw(kind, &self.obj_json)),
@@ -123,6 +129,14 @@ impl Decoded {
             }
             .clone(),
         )
+    }
+}
+
+fn kind_index(kind: &str) -> usize {
+    match kind {
+        "ADDED" => 0,
+        "MODIFIED" => 1,
+        _ => 2,
     }
 }
 
@@ -215,6 +229,7 @@ impl Api {
         let render = move |obj: &Value, rev: &str| -> Value {
             match want {
                 Want::Table => table::table(res, std::slice::from_ref(obj), rev, None, false),
+                Want::Metadata => partial_metadata(obj["metadata"].clone()),
                 Want::Object => obj.clone(),
             }
         };
@@ -310,6 +325,7 @@ impl Api {
                         kind.and_then(|k| match want {
                             Want::Object => d.line(k, framing),
                             Want::Table => d.obj().map(|o| line(k, &render(o, &rev))),
+                            Want::Metadata => d.metadata_line(k),
                         })
                     }
                 };

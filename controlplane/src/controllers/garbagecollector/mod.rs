@@ -22,7 +22,8 @@ use futures::StreamExt;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
-use kube::runtime::{WatchStreamExt, watcher};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 
@@ -228,7 +229,9 @@ async fn monitor(
 ) {
     let ar = api_resource(r);
     let api: kube::Api<DynamicObject> = kube::Api::all_with(client, &ar);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    // Metadata only (`PartialObjectMetadata`), as upstream's garbage collector reads: the graph
+    // needs owners, finalizers and deletion, never specs.
+    let stream = metadata_watcher(api, watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut seen: HashSet<String> = HashSet::new();
     while let Some(ev) = stream.next().await {
@@ -238,14 +241,14 @@ async fn monitor(
                 continue;
             }
             Ok(watcher::Event::InitApply(o)) => {
-                let Some(obs) = observe(index, r, &o) else {
+                let Some(obs) = observe(index, r, &o.metadata) else {
                     continue;
                 };
                 seen.insert(obs.id.uid.clone());
                 Change::Upsert(obs)
             }
             Ok(watcher::Event::InitDone) => Change::Listed(index, std::mem::take(&mut seen)),
-            Ok(watcher::Event::Apply(o)) => match observe(index, r, &o) {
+            Ok(watcher::Event::Apply(o)) => match observe(index, r, &o.metadata) {
                 Some(obs) => Change::Upsert(obs),
                 None => continue,
             },
@@ -264,8 +267,7 @@ async fn monitor(
     }
 }
 
-fn observe(index: usize, r: &Resource, o: &DynamicObject) -> Option<Observed> {
-    let m = &o.metadata;
+fn observe(index: usize, r: &Resource, m: &ObjectMeta) -> Option<Observed> {
     Some(Observed {
         id: Identity {
             api_version: r.api_version(),
