@@ -593,6 +593,22 @@ async fn scale_subresource() {
     );
 }
 
+/// The first `n` events of a JSON watch stream (fewer if it ends).
+async fn watch_events(body: &mut crate::api::output::Body, n: usize) -> Vec<Value> {
+    let mut events = Vec::new();
+    while events.len() < n {
+        let Some(Ok(frame)) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                events.push(serde_json::from_slice::<Value>(line).expect("event json"));
+            }
+        }
+    }
+    events
+}
+
 #[tokio::test]
 async fn watch_streams_events_with_selectors() {
     let f = fixture().await;
@@ -621,21 +637,16 @@ async fn watch_streams_events_with_selectors() {
         r#"{"metadata":{"labels":{"app":"gone"}}}"#,
     )
     .await;
-    let mut types = Vec::new();
-    while types.len() < 3 {
-        let Some(Ok(frame)) = body.frame().await else {
-            break;
-        };
-        if let Ok(data) = frame.into_data() {
-            for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                let v: Value = serde_json::from_slice(line).expect("event json");
-                types.push((
-                    v["type"].as_str().unwrap_or_default().to_string(),
-                    v["object"]["metadata"]["name"].clone(),
-                ));
-            }
-        }
-    }
+    let types: Vec<(String, Value)> = watch_events(&mut body, 3)
+        .await
+        .into_iter()
+        .map(|v| {
+            (
+                v["type"].as_str().unwrap_or_default().to_string(),
+                v["object"]["metadata"]["name"].clone(),
+            )
+        })
+        .collect();
     // Initial ADDED, the label change, then leaving the selector shows as DELETED; "other" never shows.
     assert_eq!(
         types,
@@ -1081,17 +1092,7 @@ async fn partial_object_metadata_on_get_list_and_watch() {
         r#"{"metadata":{"labels":{"x":"1"}}}"#,
     )
     .await;
-    let mut events = Vec::new();
-    while events.len() < 3 {
-        let Some(Ok(frame)) = body.frame().await else {
-            break;
-        };
-        if let Ok(data) = frame.into_data() {
-            for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                events.push(serde_json::from_slice::<Value>(line).expect("event json"));
-            }
-        }
-    }
+    let events = watch_events(&mut body, 3).await;
     let seen: Vec<(&str, &str, &str)> = events
         .iter()
         .map(|e| {

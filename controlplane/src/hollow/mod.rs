@@ -724,11 +724,9 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
             }
         }
     });
-    // One watch for all bound pods (pending ones are no node's business); those bound to our
-    // nodes are reported.
+    // One watch for all pods; those bound to our nodes are reported.
     let pods: kube::Api<Pod> = kube::Api::all(client);
-    let bound = watcher::Config::default().fields("spec.nodeName!=");
-    let mut stream = std::pin::pin!(watcher(pods, bound).default_backoff());
+    let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
