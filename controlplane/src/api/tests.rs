@@ -593,6 +593,20 @@ async fn scale_subresource() {
     );
 }
 
+impl Fixture {
+    /// Starts a watch at `uri` as admin, accepting `accept`; the stream's body.
+    async fn watch(&self, uri: &str, accept: &str) -> crate::api::output::Body {
+        let req = Request::builder()
+            .uri(uri)
+            .header(http::header::ACCEPT, accept)
+            .body(Bytes::new())
+            .expect("request");
+        let resp = self.api.handle(Some(&admin()), req).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.into_body()
+    }
+}
+
 /// The first `n` events of a JSON watch stream (fewer if it ends).
 async fn watch_events(body: &mut crate::api::output::Body, n: usize) -> Vec<Value> {
     let mut events = Vec::new();
@@ -613,15 +627,12 @@ async fn watch_events(body: &mut crate::api::output::Body, n: usize) -> Vec<Valu
 async fn watch_streams_events_with_selectors() {
     let f = fixture().await;
     f.post(PODS, pod("a")).await;
-    let req = Request::builder()
-        .uri(format!(
-            "{PODS}?watch=true&labelSelector=app%3Da&timeoutSeconds=5"
-        ))
-        .body(Bytes::new())
-        .expect("request");
-    let resp = f.api.handle(Some(&admin()), req).await;
-    assert_eq!(resp.status().as_u16(), 200);
-    let mut body = resp.into_body();
+    let mut body = f
+        .watch(
+            &format!("{PODS}?watch=true&labelSelector=app%3Da&timeoutSeconds=5"),
+            "application/json",
+        )
+        .await;
     f.call(
         Method::PATCH,
         &format!("{PODS}/a"),
@@ -1057,7 +1068,9 @@ async fn partial_object_metadata_on_get_list_and_watch() {
     f.post(PODS, pod("a")).await;
     f.post(PODS, pod("b")).await;
     let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-    let (code, m) = f.call_as(Some(&admin()), Method::GET, &format!("{PODS}/a"), "", "", one).await;
+    let (code, m) = f
+        .call_as(Some(&admin()), Method::GET, &format!("{PODS}/a"), "", "", one)
+        .await;
     assert_eq!(code, 200);
     assert_eq!(m["kind"], "PartialObjectMetadata");
     assert_eq!(m["apiVersion"], "meta.k8s.io/v1");
@@ -1066,7 +1079,16 @@ async fn partial_object_metadata_on_get_list_and_watch() {
     assert!(m.get("spec").is_none() && m.get("status").is_none());
 
     let many = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-    let (code, l) = f.call_as(Some(&admin()), Method::GET, &format!("{PODS}?limit=1"), "", "", many).await;
+    let (code, l) = f
+        .call_as(
+            Some(&admin()),
+            Method::GET,
+            &format!("{PODS}?limit=1"),
+            "",
+            "",
+            many,
+        )
+        .await;
     assert_eq!(code, 200);
     assert_eq!(l["kind"], "PartialObjectMetadataList");
     assert_eq!(l["items"].as_array().map(Vec::len), Some(1));
@@ -1075,16 +1097,14 @@ async fn partial_object_metadata_on_get_list_and_watch() {
     assert!(l["items"][0].get("spec").is_none());
     assert!(l["metadata"]["continue"].is_string());
     let (_, get) = f.get(&format!("{PODS}/a")).await;
-    assert_eq!(l["items"][0]["metadata"]["resourceVersion"], get["metadata"]["resourceVersion"]);
+    assert_eq!(
+        l["items"][0]["metadata"]["resourceVersion"],
+        get["metadata"]["resourceVersion"]
+    );
 
-    let req = Request::builder()
-        .uri(format!("{PODS}?watch=true&timeoutSeconds=5"))
-        .header(http::header::ACCEPT, many)
-        .body(Bytes::new())
-        .expect("request");
-    let resp = f.api.handle(Some(&admin()), req).await;
-    assert_eq!(resp.status().as_u16(), 200);
-    let mut body = resp.into_body();
+    let mut body = f
+        .watch(&format!("{PODS}?watch=true&timeoutSeconds=5"), many)
+        .await;
     f.call(
         Method::PATCH,
         &format!("{PODS}/b"),

@@ -30,8 +30,10 @@ impl Api {
         Ok(match (want, t.name.is_some()) {
             (Want::Table, _) => table::table(t.res, &items, "", None, false),
             (Want::Object | Want::Metadata, true) => items.into_iter().next().unwrap_or_default(),
-            (Want::Object | Want::Metadata, false) => json!({"apiVersion": "v1", "kind": "ComponentStatusList",
-                "metadata": {}, "items": items}),
+            (Want::Object | Want::Metadata, false) => {
+                json!({"apiVersion": "v1", "kind": "ComponentStatusList",
+                "metadata": {}, "items": items})
+            }
         })
     }
 }

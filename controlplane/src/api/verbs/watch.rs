@@ -157,7 +157,12 @@ const WATCH_CACHE_ENTRIES: usize = 1024;
 impl WatchCache {
     fn get(&self, kv: &KeyValue) -> Option<Arc<Decoded>> {
         let id = (kv.mod_revision, kv.key.clone());
-        if let Some(d) = self.entries.lock().ok().and_then(|q| q.by_event.get(&id).cloned()) {
+        if let Some(d) = self
+            .entries
+            .lock()
+            .ok()
+            .and_then(|q| q.by_event.get(&id).cloned())
+        {
             return Some(d);
         }
         let d = Arc::new(Decoded::new(kv.clone())?);
@@ -309,7 +314,6 @@ impl Api {
                     Some(Ok(ev)) => {
                         last_rev = ev.kv.mod_revision;
                         let rev = ev.kv.mod_revision.to_string();
-                        let Some(d) = cache.get(&ev.kv) else { continue };
                         // Stored objects without resourceVersion: selectors never read it.
                         let selected = |kv: &KeyValue| filter.matches_json(&kv.value).unwrap_or(false);
                         let was = ev.prev.as_ref().is_some_and(selected);
@@ -322,11 +326,14 @@ impl Api {
                             (EventKind::Put, true, false) => Some("DELETED"),
                             (EventKind::Put, false, false) => None,
                         };
-                        kind.and_then(|k| match want {
-                            Want::Object => d.line(k, framing),
-                            Want::Table => d.obj().map(|o| line(k, &render(o, &rev))),
-                            Want::Metadata => d.metadata_line(k),
-                        })
+                        // The event is made ready (or found ready) only when it goes out.
+                        let Some(kind) = kind else { continue };
+                        let Some(d) = cache.get(&ev.kv) else { continue };
+                        match want {
+                            Want::Object => d.line(kind, framing),
+                            Want::Table => d.obj().map(|o| line(kind, &render(o, &rev))),
+                            Want::Metadata => d.metadata_line(kind),
+                        }
                     }
                 };
                 if let Some(m) = msg

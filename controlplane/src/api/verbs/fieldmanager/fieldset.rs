@@ -97,7 +97,12 @@ pub(super) fn fields_of(obj: &Value, ty: Type, scope: Scope) -> FieldSet {
 
 /// The fields set in `new`, and those of them whose value differs from `old`'s (what
 /// [`changed`] says of each path, found in one walk of both objects).
-pub(super) fn fields_and_changes(old: Option<&Value>, new: &Value, ty: Type, scope: Scope) -> (FieldSet, FieldSet) {
+pub(super) fn fields_and_changes(
+    old: Option<&Value>,
+    new: &Value,
+    ty: Type,
+    scope: Scope,
+) -> (FieldSet, FieldSet) {
     let mut walk = Walk {
         out: FieldSet::new(),
         changed: Some(FieldSet::new()),

@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 
 pub use fieldset::Scope;
 use fieldset::{
-    FieldSet, Path, changed, fields_and_changes, fields_of, from_fields_v1, has_key, list_keys, path_string, remove_at,
-    to_fields_v1,
+    FieldSet, Path, changed, fields_and_changes, fields_of, from_fields_v1, has_key, list_keys, path_string,
+    remove_at, to_fields_v1,
 };
 
 use crate::api::schema::{ListKind, Type};
@@ -151,10 +151,7 @@ pub fn record_update(ty: Type, old: Option<&Value>, new: &mut Value, w: Writer<'
         .iter()
         .any(|e| e.fields.iter().any(|p| !new_set.contains(p)));
     let removed: FieldSet = match old {
-        Some(o) if gone => fields_of(o, ty, w.scope)
-            .difference(&new_set)
-            .cloned()
-            .collect(),
+        Some(o) if gone => fields_of(o, ty, w.scope).difference(&new_set).cloned().collect(),
         _ => FieldSet::new(),
     };
     let sub = w.subresource();

@@ -269,9 +269,18 @@ fn one_walk_finds_the_changes_path_comparison_finds() {
         ("/metadata/labels/a", json!("2")),
         ("/metadata/finalizers", json!(["y", "z"])),
         ("/spec/containers/0/image", json!("j")),
-        ("/spec/containers/0/env", json!([{"name": "E", "value": "2"}, {"name": "F"}])),
-        ("/spec/containers/0/ports", json!([{"containerPort": 80, "protocol": "UDP"}, {"containerPort": 80, "protocol": "TCP"}])),
-        ("/spec/containers", json!([{"name": "d", "image": "i"}, {"image": "nameless"}])),
+        (
+            "/spec/containers/0/env",
+            json!([{"name": "E", "value": "2"}, {"name": "F"}]),
+        ),
+        (
+            "/spec/containers/0/ports",
+            json!([{"containerPort": 80, "protocol": "UDP"}, {"containerPort": 80, "protocol": "TCP"}]),
+        ),
+        (
+            "/spec/containers",
+            json!([{"name": "d", "image": "i"}, {"image": "nameless"}]),
+        ),
         ("/spec/nodeSelector", json!({})),
         ("/spec/tolerations", json!("not a list")),
         ("/status/conditions/0/status", json!("False")),
@@ -283,7 +292,12 @@ fn one_walk_finds_the_changes_path_comparison_finds() {
         }
         variants.push(o);
     }
-    for scope in [Scope::Main { status_is_separate: true }, Scope::Status] {
+    for scope in [
+        Scope::Main {
+            status_is_separate: true,
+        },
+        Scope::Status,
+    ] {
         for old in &variants {
             for new in &variants {
                 let (fields, changes) = fields_and_changes(Some(old), new, pod, scope);
