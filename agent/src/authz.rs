@@ -1,6 +1,7 @@
 //! Who may use the agent's endpoint: a client certificate from the cluster CA names the caller
-//! (the x509 rule: CN is the user, each O a group), and every request is authorized by the
-//! control plane through a SubjectAccessReview, as the kubelet's webhook mode does: the request
+//! (the x509 rule: CN is the user, each O a group), or else a bearer token the control plane
+//! vouches for through a TokenReview (answers kept 2 min, the kubelet's webhook `cacheTTL`); and
+//! every request is authorized by the control plane through a SubjectAccessReview, as the kubelet's webhook mode does: the request
 //! maps to `<verb>` on `nodes/<subresource>` named after this node (upstream's
 //! `GetRequestAttributes`), and answers are cached (allowed 5 min, denied 30 s: the kubelet's
 //! defaults), so a stream of log reads asks once.
@@ -9,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use transport::tls::Identity;
@@ -19,6 +21,9 @@ const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Most answers kept; the cache starts over when full.
 const CACHE_LIMIT: usize = 4096;
+/// How long a TokenReview answer, either way, is reused (the kubelet's
+/// `authentication.webhook.cacheTTL`).
+const TOKEN_TTL: Duration = Duration::from_secs(120);
 
 /// What a request asks of the node, in the API's terms.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -91,6 +96,8 @@ pub struct Authorizer {
     node: String,
     client: OnceLock<kube::Client>,
     cache: Mutex<HashMap<Key, (bool, Instant)>>,
+    /// Bearer token → who the control plane said it is (None: not authenticated).
+    tokens: Mutex<HashMap<String, (Option<Identity>, Instant)>>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -108,7 +115,57 @@ impl Authorizer {
             node: node.to_string(),
             client: OnceLock::new(),
             cache: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Who a bearer token stands for, as a TokenReview answers (None: not authenticated, also
+    /// when the review cannot be made: the kubelet answers 401 then too).
+    pub async fn authenticate(&self, token: &str) -> Option<Identity> {
+        if let Some((who, until)) = self
+            .tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(token)
+            && *until > Instant::now()
+        {
+            return who.clone();
+        }
+        let client = self.client.get()?;
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let api: kube::Api<TokenReview> = kube::Api::all(client.clone());
+        let answer = match api.create(&PostParams::default(), &review).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "TokenReview failed");
+                return None;
+            }
+        };
+        let who = answer
+            .status
+            .filter(|s| s.authenticated == Some(true))
+            .and_then(|s| s.user)
+            .and_then(|u| {
+                Some(Identity {
+                    user: u.username.filter(|n| !n.is_empty())?,
+                    groups: u.groups.unwrap_or_default(),
+                })
+            });
+        let mut tokens = self
+            .tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if tokens.len() >= CACHE_LIMIT {
+            tokens.clear();
+        }
+        tokens.insert(token.to_string(), (who.clone(), Instant::now() + TOKEN_TTL));
+        who
     }
 
     /// The client reviews are sent with (the node's identity may create SubjectAccessReviews).

@@ -247,6 +247,15 @@ fn conditions(now: &str) -> Value {
 /// behind NAT; without it the API server uses the node's InternalIP and kubelet port.
 pub const KUBELET_ENDPOINT_ANNOTATION: &str = "nodeos.dev/kubelet-endpoint";
 
+/// The size in bytes of the node's ephemeral storage (None where init mounted none, as on a
+/// development host).
+fn ephemeral_capacity() -> Option<u64> {
+    let root = std::path::Path::new(kcore::allocatable::EPHEMERAL_ROOT);
+    let st = nix::sys::statvfs::statvfs(root).ok()?;
+    let bytes = st.blocks().saturating_mul(st.fragment_size());
+    (bytes > 0 && root.is_dir()).then_some(bytes)
+}
+
 /// The Node object this machine registers.
 pub fn node_object(name: &str, ip: Option<&str>) -> Value {
     let now = kcore::time::rfc3339(SystemTime::now());
@@ -257,6 +266,13 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
         addresses.insert(0, json!({"type": "InternalIP", "address": ip}));
     }
     let version = env!("CARGO_PKG_VERSION");
+    let mut capacity = json!({ "cpu": cpus.to_string(), "memory": format!("{mem}Ki"), "pods": "110" });
+    let mut allocatable = json!({ "cpu": cpus.to_string(), "memory": format!("{}Ki", kcore::allocatable::allocatable_memory(mem * 1024) / 1024), "pods": "110" });
+    if let Some(bytes) = ephemeral_capacity() {
+        capacity["ephemeral-storage"] = json!(bytes.to_string());
+        allocatable["ephemeral-storage"] =
+            json!(kcore::allocatable::allocatable_ephemeral(bytes).to_string());
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -269,8 +285,8 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
         },
         "spec": {},
         "status": {
-            "capacity": { "cpu": cpus.to_string(), "memory": format!("{mem}Ki"), "pods": "110" },
-            "allocatable": { "cpu": cpus.to_string(), "memory": format!("{}Ki", kcore::allocatable::allocatable_memory(mem * 1024) / 1024), "pods": "110" },
+            "capacity": capacity,
+            "allocatable": allocatable,
             "addresses": addresses,
             "conditions": conditions(&now),
             "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },

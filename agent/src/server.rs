@@ -83,7 +83,19 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
         return text(200, "ok");
     }
     let attrs = crate::authz::attributes(req.method(), req.uri().path());
-    if let Err(refusal) = ctx.authz.authorize(peer.identity.as_ref(), &attrs).await {
+    let bearer = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let who = match (&peer.identity, bearer) {
+        (Some(id), _) => Some(id.clone()),
+        (None, Some(token)) => ctx.authz.authenticate(token).await,
+        (None, None) => None,
+    };
+    if let Err(refusal) = ctx.authz.authorize(who.as_ref(), &attrs).await {
         return text(refusal.status(), refusal.to_string());
     }
     if req.uri().path().starts_with("/exec/") {

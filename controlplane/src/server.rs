@@ -33,17 +33,16 @@ pub async fn serve(
     tokens: Tokens,
     audit: Option<Auditor>,
 ) -> Infallible {
-    let tokens = Arc::new(tokens);
+    api.set_static_tokens(tokens);
     let audit = audit.map(Arc::new);
     transport::server::serve(listener, Arc::new(tls), Limits::default(), move |peer, req| {
-        handle(api.clone(), tokens.clone(), audit.clone(), peer, req)
+        handle(api.clone(), audit.clone(), peer, req)
     })
     .await
 }
 
 async fn handle(
     api: Api,
-    tokens: Arc<Tokens>,
     audit: Option<Arc<Auditor>>,
     peer: Arc<Peer>,
     req: hyper::Request<Incoming>,
@@ -53,7 +52,7 @@ async fn handle(
             user: id.user.clone(),
             groups: id.groups.clone(),
         }),
-        None => bearer_caller(&api, &tokens, &req).await,
+        None => bearer_caller(&api, &req).await,
     };
     let audited = audit.and_then(|a| Audited::begin(a, caller.as_ref(), &peer, &req));
     if let Some(a) = &audited {
@@ -221,19 +220,13 @@ impl Audited {
     }
 }
 
-/// The caller a bearer token names: a static token, else a service-account token.
-async fn bearer_caller(api: &Api, tokens: &Tokens, req: &hyper::Request<Incoming>) -> Option<Caller> {
+/// The caller a request's bearer token names.
+async fn bearer_caller(api: &Api, req: &hyper::Request<Incoming>) -> Option<Caller> {
     let presented = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)?;
-    if let Some(c) = tokens.get(presented) {
-        return Some(c.clone());
-    }
-    if presented.matches('.').count() == 2 {
-        return api.authenticate_token(presented).await;
-    }
-    api.authenticate_bootstrap_token(presented).await
+    api.authenticate_bearer(presented).await
 }

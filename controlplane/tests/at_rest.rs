@@ -64,7 +64,8 @@ fn raw_embedded(dir: &Path, key: &str) -> (Vec<u8>, Vec<u8>) {
         .block_on(store.get(key))
         .expect("get")
         .expect("stored")
-        .value;
+        .value
+        .to_vec();
     drop(store);
     let mut all = Vec::new();
     for entry in std::fs::read_dir(dir.join("store")).expect("store dir") {

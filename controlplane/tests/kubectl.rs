@@ -1204,7 +1204,13 @@ fn reviews_are_discovered_and_only_created() {
         );
     }
     let authn = s.ok(&["api-resources", "--api-group=authentication.k8s.io", "-o", "name"]);
-    assert_eq!(authn.trim(), "selfsubjectreviews.authentication.k8s.io");
+    assert_eq!(
+        authn.split_whitespace().collect::<Vec<_>>(),
+        [
+            "selfsubjectreviews.authentication.k8s.io",
+            "tokenreviews.authentication.k8s.io"
+        ]
+    );
     let ssar = "apiVersion: authorization.k8s.io/v1\nkind: SelfSubjectAccessReview\nspec:\n  resourceAttributes:\n    verb: list\n    resource: pods\n    namespace: default\n";
     let allowed = s.apply(&["create", "-f", "-", "-o", "jsonpath={.status.allowed}"], ssar);
     assert_eq!(allowed.trim(), "true");
@@ -1213,6 +1219,71 @@ fn reviews_are_discovered_and_only_created() {
         !ok && err.contains("MethodNotAllowed") && err.contains("does not allow this method"),
         "{err}"
     );
+}
+
+/// TokenReview (what a kubelet's webhook authentication posts) says who a bearer token is:
+/// service-account and bootstrap tokens authenticate, a forged token or another audience does
+/// not, an empty token is a 400, and it is never stored.
+#[test]
+fn token_reviews_say_who_a_token_is() {
+    let s = start();
+    s.ok(&["create", "serviceaccount", "robot"]);
+    let sa_token = s.ok(&["create", "token", "robot"]).trim().to_string();
+    let bootstrap = std::fs::read_to_string(s.path().join("pki/bootstrap.token")).expect("bootstrap token");
+    let review = |token: &str, audiences: &str| -> serde_json::Value {
+        let manifest = format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: \"{token}\"\n{audiences}"
+        );
+        let out = s.apply(&["create", "-f", "-", "-o", "json"], &manifest);
+        serde_json::from_str(&out).expect("json")
+    };
+    let status = review(&sa_token, "")["status"].clone();
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert_eq!(status["user"]["username"], "system:serviceaccount:default:robot");
+    assert_eq!(
+        status["user"]["groups"],
+        serde_json::json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    assert_eq!(
+        status["audiences"],
+        serde_json::json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    let status = review(bootstrap.trim(), "")["status"].clone();
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert!(
+        status["user"]["username"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("system:bootstrap:")),
+        "{status}"
+    );
+    let mut forged = sa_token.clone();
+    let last = forged.pop().expect("char");
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let status = review(&forged, "")["status"].clone();
+    assert_eq!(status["authenticated"], serde_json::Value::Null, "{status}");
+    assert_eq!(status["error"], "invalid bearer token", "{status}");
+    let status = review(&sa_token, "  audiences: [\"vault\"]\n")["status"].clone();
+    assert_eq!(status["authenticated"], serde_json::Value::Null, "{status}");
+    let status = review(
+        &sa_token,
+        "  audiences: [\"vault\", \"https://kubernetes.default.svc.cluster.local\"]\n",
+    )["status"]
+        .clone();
+    assert_eq!(status["authenticated"], true, "{status}");
+    let (ok, _, err) = s.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: \"\"\n"),
+    );
+    assert!(
+        !ok && err.contains("token is required for TokenReview in authentication"),
+        "{err}"
+    );
+    let (ok, _, err) = s.kubectl(&["get", "tokenreviews"]);
+    assert!(!ok && err.contains("MethodNotAllowed"), "{err}");
 }
 
 /// `kubectl autoscale` posts an autoscaling/v1 HPA (protobuf); it is stored as v2 and shown in

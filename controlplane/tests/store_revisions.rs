@@ -9,14 +9,14 @@ use controlplane::storage::{KeyValue, Store, StoreError, Write};
 fn put(key: &str, v: &str) -> Write {
     Write::Create {
         key: key.into(),
-        value: v.as_bytes().to_vec(),
+        value: v.as_bytes().to_vec().into(),
     }
 }
 
 fn update(key: &str, v: &str) -> Write {
     Write::Update {
         key: key.into(),
-        value: v.as_bytes().to_vec(),
+        value: v.as_bytes().to_vec().into(),
         expected: None,
     }
 }

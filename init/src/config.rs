@@ -82,6 +82,57 @@ pub struct MachineConfigDoc {
     pub control_plane: Option<ControlPlaneConfigDoc>,
     #[serde(default)]
     pub registries: RegistriesConfigDoc,
+    #[serde(default)]
+    pub storage: StorageConfigDoc,
+}
+
+/// Node-local storage.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StorageConfigDoc {
+    /// Size of the file system holding containers' writable layers, their logs and pods'
+    /// volumes: `<N>%` of memory (1-90) or `<N>Mi` / `<N>Gi`. Default [`DEFAULT_EPHEMERAL_SIZE`].
+    #[serde(default)]
+    pub ephemeral_size: Option<String>,
+}
+
+/// The ephemeral storage's size when the config names none.
+pub const DEFAULT_EPHEMERAL_SIZE: &str = "50%";
+
+/// `storage.ephemeralSize` as the tmpfs `size=` option (`N%` or bytes).
+fn ephemeral_size(text: &str) -> Result<String, ConfigError> {
+    let bad = || {
+        invalid(
+            "storage.ephemeralSize",
+            format!("{text:?} is not <N>% (1-90) or <N>Mi / <N>Gi"),
+        )
+    };
+    let number = |digits: &str| -> Result<u64, ConfigError> {
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        digits.parse().map_err(|_| bad())
+    };
+    if let Some(p) = text.strip_suffix('%') {
+        let p = number(p)?;
+        return if (1..=90).contains(&p) {
+            Ok(format!("{p}%"))
+        } else {
+            Err(bad())
+        };
+    }
+    let (digits, unit) = match (text.strip_suffix("Mi"), text.strip_suffix("Gi")) {
+        (Some(d), _) => (d, 1u64 << 20),
+        (_, Some(d)) => (d, 1u64 << 30),
+        _ => return Err(bad()),
+    };
+    match number(digits)?.checked_mul(unit) {
+        Some(bytes) if bytes >= 16 << 20 => Ok(bytes.to_string()),
+        _ => Err(invalid(
+            "storage.ephemeralSize",
+            format!("{text:?} is smaller than 16Mi or too large"),
+        )),
+    }
 }
 
 /// Image registries.
@@ -182,6 +233,8 @@ pub struct MachineConfig {
     pub kill_agent: Option<KillAgentDoc>,
     pub control_plane: Option<ControlPlaneConfig>,
     pub insecure_registries: Vec<String>,
+    /// The ephemeral storage's tmpfs `size=` option.
+    pub ephemeral_size: String,
 }
 
 /// A validated interface setting.
@@ -213,6 +266,7 @@ impl Default for MachineConfig {
             kill_agent: None,
             control_plane: None,
             insecure_registries: Vec::new(),
+            ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
         }
     }
 }
@@ -415,7 +469,14 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         ));
     }
     let control_plane = doc.control_plane.map(validate_control_plane).transpose()?;
+    let ephemeral_size = ephemeral_size(
+        doc.storage
+            .ephemeral_size
+            .as_deref()
+            .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
+    )?;
     Ok(MachineConfig {
+        ephemeral_size,
         control_plane,
         hostname: doc.hostname,
         log_level,
@@ -500,6 +561,46 @@ mod tests {
             }]
         );
         assert_eq!(cfg.nameservers, vec![Ipv4Addr::new(10, 0, 2, 3)]);
+    }
+
+    #[test]
+    fn ephemeral_storage_size() {
+        let with = |size: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","storage":{{"ephemeralSize":{size}}}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").ephemeral_size)
+        };
+        let doc = br#"{"apiVersion":"nodeos/v1alpha1"}"#;
+        assert_eq!(
+            load(Some(doc), "")
+                .expect("valid")
+                .expect("present")
+                .ephemeral_size,
+            "50%"
+        );
+        for (size, option) in [
+            (r#""30%""#, "30%"),
+            (r#""512Mi""#, "536870912"),
+            (r#""2Gi""#, "2147483648"),
+        ] {
+            assert_eq!(with(size).expect("valid"), option, "{size}");
+        }
+        for size in [
+            r#""0%""#,
+            r#""95%""#,
+            r#""-5%""#,
+            r#""8Mi""#,
+            r#""2G""#,
+            r#""lots""#,
+            r#""""#,
+            r#""1%%""#,
+            "2048",
+        ] {
+            let err = with(size).expect_err(size).to_string();
+            assert!(
+                err.starts_with("invalid field storage.ephemeralSize") || size == "2048",
+                "{size}: {err}"
+            );
+        }
     }
 
     #[test]

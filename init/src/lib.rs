@@ -87,6 +87,20 @@ fn boot_and_supervise() -> Shutdown {
         Err(e) => tracing::error!(error = %e, "cgroup2 setup failed"),
     }
     let cfg = load_config();
+    let containers = runtime::server::Options::default().state_dir.join("containers");
+    let binds = [
+        ("containers", containers.as_path()),
+        ("logs", Path::new(agent::logs::PODS_LOG_ROOT)),
+        ("pods", Path::new(agent::pods::PODS_ROOT)),
+    ];
+    match mounts::mount_ephemeral(&cfg.ephemeral_size, &binds) {
+        Ok(()) => {
+            tracing::info!(size = %cfg.ephemeral_size, root = kcore::allocatable::EPHEMERAL_ROOT, "ephemeral storage mounted")
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "ephemeral storage not mounted; pods write to the root file system")
+        }
+    }
     let configured = network::configure(&cfg);
     let hostname = network::choose_hostname(&cfg, &configured);
     match nix::unistd::sethostname(&hostname) {

@@ -96,6 +96,35 @@ pub fn mount_early() -> Result<()> {
     Ok(())
 }
 
+/// Mounts the node's ephemeral storage: a tmpfs of `size` (the tmpfs option: `N%` of memory or
+/// bytes) at [`kcore::allocatable::EPHEMERAL_ROOT`], with one directory of it bound at each of
+/// `binds` (containers' writable layers, logs, pods' volumes). A pod filling its writable layer
+/// or an emptyDir then fills this file system only, never `/run` or `/` where the node's own
+/// services keep their state.
+pub fn mount_ephemeral(size: &str, binds: &[(&str, &Path)]) -> Result<()> {
+    let root = kcore::allocatable::EPHEMERAL_ROOT;
+    fs::create_dir_all(root).map_err(io_err("mkdir", Path::new(root)))?;
+    mount_fs(
+        "tmpfs",
+        root,
+        MsFlags::MS_NODEV,
+        Some(&format!("size={size},mode=0700")),
+    )?;
+    for (dir, target) in binds {
+        let src = Path::new(root).join(dir);
+        mkdir(&src, 0o755)?;
+        fs::create_dir_all(target).map_err(io_err("mkdir", target))?;
+        mount(Some(&src), *target, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|source| {
+            MountError::Mount {
+                fstype: "bind",
+                target: target.display().to_string(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// Mounts cgroup2 at /sys/fs/cgroup and enables the controllers the node needs for children.
 /// Returns the controllers now enabled in the root's `cgroup.subtree_control`.
 pub fn mount_cgroup2() -> Result<String> {

@@ -37,22 +37,37 @@ fn kubectl_status(
     ))
 }
 
+/// What a request to an agent presents.
+enum Credential<'a> {
+    None,
+    /// A client certificate and key file.
+    Cert(&'a std::path::Path, &'a std::path::Path),
+    /// A bearer token.
+    Bearer(&'a str),
+}
+
 /// GETs `path` from `node`'s agent, reached at 127.0.0.1:`port` (the host forward) with curl,
-/// which verifies the agent's certificate against the cluster CA for the node's name; `client`
-/// is a certificate and key file to present. Returns the HTTP status and the body.
+/// which verifies the agent's certificate against the cluster CA for the node's name.
+/// Returns the HTTP status and the body.
 fn agent_get(
     cp: &ControlPlane,
     node: &str,
     port: u16,
     path: &str,
-    client: Option<(&std::path::Path, &std::path::Path)>,
+    client: Credential<'_>,
 ) -> Result<(u16, String)> {
     let mut cmd = std::process::Command::new("curl");
     cmd.args(["-sS", "--max-time", "60", "-w", "\n%{http_code}", "--cacert"])
         .arg(cp.dir().join("pki/ca.crt"))
         .args(["--resolve", &format!("{node}:{port}:127.0.0.1")]);
-    if let Some((cert, key)) = client {
-        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    match client {
+        Credential::None => {}
+        Credential::Cert(cert, key) => {
+            cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+        }
+        Credential::Bearer(token) => {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {token}"));
+        }
     }
     let out = cmd.arg(format!("https://{node}:{port}{path}")).output()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -147,7 +162,11 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     nic.guest_forwards
         .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "pods-node";
-    let machine_config = cp.expose_agent(&mut nic, &cp.machine_config_with_registry(node)?)?;
+    // Writable layers, logs and pod volumes on a 256 MiB file system of their own.
+    let mut machine_config: serde_json::Value =
+        serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    machine_config["storage"] = serde_json::json!({"ephemeralSize": "256Mi"});
+    let machine_config = cp.expose_agent(&mut nic, &machine_config.to_string())?;
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_memory_mib(1024)
         .with_nics(vec![nic])
@@ -372,11 +391,34 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     // mounts the node's pod directories).
     let ram_uid = cp.kubectl(&["get", "pod", "ram", "-o", "jsonpath={.metadata.uid}"])?;
     let mut looker = pod("looker", node, &image, "sleep 3600", "Always");
-    looker["spec"]["containers"][0]["volumeMounts"] =
-        serde_json::json!([{"name": "pods", "mountPath": "/pods"}]);
-    looker["spec"]["volumes"] = serde_json::json!([{"name": "pods", "hostPath": {"path": "/var/lib/kubelet/pods", "type": "Directory"}}]);
+    looker["spec"]["containers"][0]["volumeMounts"] = serde_json::json!([
+        {"name": "pods", "mountPath": "/pods"}, {"name": "logs", "mountPath": "/logs"}]);
+    looker["spec"]["volumes"] = serde_json::json!([
+        {"name": "pods", "hostPath": {"path": "/var/lib/kubelet/pods", "type": "Directory"}},
+        {"name": "logs", "hostPath": {"path": "/var/log/pods", "type": "Directory"}}]);
     cp.create(&looker)?;
     cp.wait_for(&["pod", "looker"], "{.status.phase}", |p| p == "Running", POD)?;
+    // The container's writable layer (its root), the pods' directories and the logs are on
+    // the node's 256 MiB ephemeral storage, which the Node reports (allocatable: less the
+    // kubelet's 10 % nodefs eviction threshold).
+    let df = cp.kubectl(&["exec", "looker", "--", "sh", "-c", "df -k / /pods /logs"])?;
+    let totals: Vec<&str> = df
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    ensure!(totals == ["262144"; 3], "df of the ephemeral storage: {df}");
+    let storage = cp.kubectl(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.capacity.ephemeral-storage} {.status.allocatable.ephemeral-storage}",
+    ])?;
+    ensure!(
+        storage == "268435456 241591911",
+        "node ephemeral-storage: {storage}"
+    );
     ensure!(
         cp.kubectl(&["exec", "looker", "--", "ls", "/pods"])?
             .contains(&ram_uid),
@@ -467,13 +509,13 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
             .and_then(|e| e.rsplit_once(':')?.1.parse().ok())
             .ok_or_else(|| anyhow::anyhow!("no kubelet endpoint in the machine config"))?;
     let logs_path = "/containerLogs/default/web/main";
-    let anonymous = agent_get(&cp, node, agent_port, logs_path, None)?;
+    let anonymous = agent_get(&cp, node, agent_port, logs_path, Credential::None)?;
     ensure!(
         anonymous == (401, "Unauthorized".into()),
         "no client certificate: {anonymous:?}"
     );
     let (cert, key) = node_identity(&cp, "intruder")?;
-    let intruder = agent_get(&cp, node, agent_port, logs_path, Some((&cert, &key)))?;
+    let intruder = agent_get(&cp, node, agent_port, logs_path, Credential::Cert(&cert, &key))?;
     ensure!(
         intruder
             == (
@@ -483,9 +525,54 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "another node's identity: {intruder:?}"
     );
     let (admin_cert, admin_key) = (cp.dir().join("pki/admin.crt"), cp.dir().join("pki/admin.key"));
-    let admin = agent_get(&cp, node, agent_port, logs_path, Some((&admin_cert, &admin_key)))?;
+    let admin = agent_get(
+        &cp,
+        node,
+        agent_port,
+        logs_path,
+        Credential::Cert(&admin_cert, &admin_key),
+    )?;
     ensure!(admin == (200, "up\n".into()), "an administrator: {admin:?}");
-    let stats = agent_get(&cp, node, agent_port, "/stats/summary", Some((&cert, &key)))?;
+    // Bearer tokens: the agent asks the control plane who a token is (TokenReview), then
+    // whether that one may (SubjectAccessReview).
+    cp.kubectl(&["create", "serviceaccount", "robot"])?;
+    cp.kubectl(&["create", "serviceaccount", "reader"])?;
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader-kubelet",
+        "--clusterrole=system:kubelet-api-admin",
+        "--serviceaccount=default:reader",
+    ])?;
+    let robot = cp.kubectl(&["create", "token", "robot"])?;
+    let reader = cp.kubectl(&["create", "token", "reader"])?;
+    let bearer = |token: &str| agent_get(&cp, node, agent_port, logs_path, Credential::Bearer(token.trim()));
+    let garbage = bearer("not-a-token")?;
+    ensure!(
+        garbage == (401, "Unauthorized".into()),
+        "a token nobody issued: {garbage:?}"
+    );
+    let unbound = bearer(&robot)?;
+    ensure!(
+        unbound
+            == (
+                403,
+                "Forbidden (user=system:serviceaccount:default:robot, verb=get, resource=nodes, subresource=proxy)".into()
+            ),
+        "a service account without a binding: {unbound:?}"
+    );
+    let bound = bearer(&reader)?;
+    ensure!(
+        bound == (200, "up\n".into()),
+        "a service account bound to system:kubelet-api-admin: {bound:?}"
+    );
+    let stats = agent_get(
+        &cp,
+        node,
+        agent_port,
+        "/stats/summary",
+        Credential::Cert(&cert, &key),
+    )?;
     ensure!(
         stats.0 == 403 && stats.1.ends_with("subresource=stats)"),
         "stats for another node's identity: {stats:?}"

@@ -24,6 +24,9 @@ mod status;
 mod volumes;
 mod worker;
 
+/// Where pods' directories (their volumes) live.
+pub use volumes::ROOT as PODS_ROOT;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -68,6 +68,8 @@ pub struct Api {
     pub(crate) authz: Arc<authz::Authz>,
     /// The resource metrics scraper and its samples (`metrics.k8s.io`).
     pub(crate) metrics: Arc<metrics::MetricsState>,
+    /// Static bearer tokens (the admin token), set once by the server.
+    pub(crate) static_tokens: Arc<OnceLock<std::collections::HashMap<String, Caller>>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -92,6 +94,7 @@ impl Api {
             pki: None,
             agent_client: OnceLock::new(),
             metrics: Arc::default(),
+            static_tokens: Arc::default(),
         }
     }
 
@@ -277,6 +280,17 @@ impl Api {
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
+            (Method::POST, ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) => {
+                let ct = req
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                match parse_object_body(ct, req.body()) {
+                    Ok(body) => self.token_review(body).await.map(|v| json_response(201, &v)),
+                    Err(e) => Err(e),
+                }
+            }
             (Method::POST, s) if authz::reviews::review_of(s).is_some() => {
                 let (plural, ns) = authz::reviews::review_of(s).unwrap_or_default();
                 let ct = req

@@ -745,6 +745,13 @@ pub static RESOURCES: &[Resource] = &[
         false,
     ),
     review(
+        "authentication.k8s.io",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+        false,
+    ),
+    review(
         "authorization.k8s.io",
         "localsubjectaccessreviews",
         "localsubjectaccessreview",

@@ -181,7 +181,7 @@ async fn store_floor(dir: &Path, total: usize) -> Result<Value> {
                 store
                     .write(Write::Create {
                         key: format!("/floor/{c}/{i}"),
-                        value: value.clone(),
+                        value: value.clone().into(),
                     })
                     .await?;
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -332,7 +332,7 @@ async fn fill_store(dir: &Path, template: &Value, ns: &str, n: usize) -> Result<
                 store
                     .write(Write::Create {
                         key: format!("/registry/core/pods/{ns}/{name}"),
-                        value: serde_json::to_vec(&p)?,
+                        value: serde_json::to_vec(&p)?.into(),
                     })
                     .await?;
             }

@@ -30,8 +30,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let pid = std::process::id();
                 for i in 0u64.. {
                     let key = format!("/stress/{pid}/{c}/{i}");
-                    let value =
-                        format!("{{\"client\":{c},\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(200)).into_bytes();
+                    let value = format!("{{\"client\":{c},\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(200))
+                        .into_bytes()
+                        .into();
                     match store
                         .write(Write::Create {
                             key: key.clone(),

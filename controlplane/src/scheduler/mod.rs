@@ -19,7 +19,7 @@ pub mod plugins;
 pub mod pod;
 pub mod preemption;
 pub mod queue;
-mod strip;
+pub(crate) mod strip;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! (upstream's scheduler strips managedFields the same way).
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Service};
 
 /// Any object: managedFields and the last-applied annotation.
 pub fn meta<K: kube::Resource>(o: &mut K) {
@@ -18,26 +18,7 @@ pub fn meta<K: kube::Resource>(o: &mut K) {
 pub fn pod(p: &mut Pod) {
     meta(p);
     if let Some(spec) = p.spec.as_mut() {
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.command = None;
-            c.args = None;
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.volume_devices = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-            c.lifecycle = None;
-            c.security_context = None;
-            c.working_dir = None;
-        }
-        spec.ephemeral_containers = None;
-        spec.volumes = None;
+        unread_pod_spec(spec);
     }
     if let Some(st) = p.status.as_mut() {
         st.container_statuses = None;
@@ -47,6 +28,32 @@ pub fn pod(p: &mut Pod) {
             c.retain(|c| c.type_ == "PodScheduled");
         }
     }
+}
+
+/// The parts of a pod's spec that neither the scheduler nor any controller reads: volumes,
+/// ephemeral containers, and the containers' commands, env, mounts, probes, hooks and security
+/// contexts (the controllers' pod cache drops them too).
+pub fn unread_pod_spec(spec: &mut PodSpec) {
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        c.command = None;
+        c.args = None;
+        c.env = None;
+        c.env_from = None;
+        c.volume_mounts = None;
+        c.volume_devices = None;
+        c.liveness_probe = None;
+        c.readiness_probe = None;
+        c.startup_probe = None;
+        c.lifecycle = None;
+        c.security_context = None;
+        c.working_dir = None;
+    }
+    spec.ephemeral_containers = None;
+    spec.volumes = None;
 }
 
 pub fn node(n: &mut Node) {

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock, mpsc};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::wal::{self, Op, Record};
+use super::wal::{self, Op};
 use super::{
     BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, RevisionHold, Store, StoreError,
     WatchStream, Write,
@@ -200,7 +200,7 @@ impl EmbeddedStore {
             for r in recs.into_iter().skip(1) {
                 let kv = KeyValue {
                     key: r.key,
-                    value: r.value,
+                    value: r.value.into(),
                     create_revision: r.create_revision,
                     mod_revision: r.revision,
                 };
@@ -230,7 +230,7 @@ impl EmbeddedStore {
                 Op::Put => {
                     let kv = KeyValue {
                         key: r.key,
-                        value: r.value,
+                        value: r.value.into(),
                         create_revision: r.create_revision,
                         mod_revision: r.revision,
                     };
@@ -410,17 +410,17 @@ impl Writer {
                 match apply_one(&req.write, current.as_ref(), rev + 1) {
                     Ok(ev) => {
                         rev += 1;
-                        let (op, value) = match ev.kind {
-                            EventKind::Put => (Op::Put, ev.kv.value.clone()),
-                            EventKind::Delete => (Op::Delete, Vec::new()),
+                        let op = match ev.kind {
+                            EventKind::Put => Op::Put,
+                            EventKind::Delete => Op::Delete,
                         };
                         wal::encode(
-                            &Record {
+                            wal::Entry {
                                 op,
                                 revision: rev,
                                 create_revision: ev.kv.create_revision,
-                                key: key.into(),
-                                value,
+                                key,
+                                value: if op == Op::Put { &ev.kv.value } else { &[] },
                             },
                             &mut buf,
                         );
@@ -486,29 +486,34 @@ impl Writer {
 
     /// Writes every live key into a new snapshot, then empties the log.
     fn snapshot(&mut self) -> Result<()> {
-        let mut buf = Vec::new();
+        let mut bytes = 0u64;
         {
             let st = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
-            let header = Record {
-                op: Op::SnapshotHeader,
-                revision: st.revision,
-                create_revision: st.compacted,
-                key: String::new(),
-                value: Vec::new(),
-            };
-            wal::encode(&header, &mut buf);
-            for kv in st.kvs.values() {
-                let r = Record {
+            wal::write_atomic(&self.cfg.dir.join(SNAPSHOT), |w| {
+                let mut buf = Vec::new();
+                let header = wal::Entry {
+                    op: Op::SnapshotHeader,
+                    revision: st.revision,
+                    create_revision: st.compacted,
+                    key: "",
+                    value: &[],
+                };
+                let records = st.kvs.values().map(|kv| wal::Entry {
                     op: Op::Put,
                     revision: kv.mod_revision,
                     create_revision: kv.create_revision,
-                    key: kv.key.clone(),
-                    value: kv.value.clone(),
-                };
-                wal::encode(&r, &mut buf);
-            }
+                    key: &kv.key,
+                    value: &kv.value,
+                });
+                for entry in std::iter::once(header).chain(records) {
+                    buf.clear();
+                    wal::encode(entry, &mut buf);
+                    w.write_all(&buf)?;
+                    bytes += buf.len() as u64;
+                }
+                Ok(())
+            })?;
         }
-        wal::write_atomic(&self.cfg.dir.join(SNAPSHOT), &buf)?;
         // A crash between the rename and here is safe: replay skips records the snapshot holds.
         let log_path = self.cfg.dir.join(LOG);
         self.log
@@ -519,7 +524,7 @@ impl Writer {
                 source,
             })?;
         tracing::info!(
-            snapshot_bytes = buf.len(),
+            snapshot_bytes = bytes,
             folded_log_bytes = self.log_bytes,
             "store compacted"
         );
@@ -744,7 +749,7 @@ mod tests {
     fn put(key: &str, v: &str) -> Write {
         Write::Create {
             key: key.into(),
-            value: v.as_bytes().to_vec(),
+            value: bytes::Bytes::copy_from_slice(v.as_bytes()),
         }
     }
 
@@ -760,7 +765,7 @@ mod tests {
         ));
         let stale = Write::Update {
             key: "/pods/a".into(),
-            value: b"2".to_vec(),
+            value: bytes::Bytes::from_static(b"2"),
             expected: Some(0),
         };
         assert!(matches!(
@@ -774,12 +779,15 @@ mod tests {
         let e2 = s
             .write(Write::Update {
                 key: "/pods/a".into(),
-                value: b"2".to_vec(),
+                value: bytes::Bytes::from_static(b"2"),
                 expected: Some(1),
             })
             .await?;
         assert_eq!((e2.kv.mod_revision, e2.kv.create_revision), (2, 1));
-        assert_eq!(s.get("/pods/a").await?.map(|kv| kv.value), Some(b"2".to_vec()));
+        assert_eq!(
+            s.get("/pods/a").await?.map(|kv| kv.value),
+            Some(bytes::Bytes::from_static(b"2"))
+        );
         let e3 = s
             .write(Write::Delete {
                 key: "/pods/a".into(),
@@ -965,7 +973,7 @@ mod tests {
     fn keys(p: &ListPage) -> Vec<(&str, &[u8])> {
         p.items
             .iter()
-            .map(|kv| (kv.key.as_str(), kv.value.as_slice()))
+            .map(|kv| (kv.key.as_str(), &kv.value[..]))
             .collect()
     }
 
@@ -981,7 +989,7 @@ mod tests {
         // deleted and created again.
         s.write(Write::Update {
             key: "/a/1".into(),
-            value: b"new".to_vec(),
+            value: bytes::Bytes::from_static(b"new"),
             expected: None,
         })
         .await?;
@@ -1037,7 +1045,7 @@ mod tests {
         let hold = s.hold_revision(held).await?;
         let update = |i: usize, v: &str| Write::Update {
             key: format!("/k/{i}"),
-            value: v.as_bytes().to_vec(),
+            value: bytes::Bytes::copy_from_slice(v.as_bytes()),
             expected: None,
         };
         for round in 1..=3 {
@@ -1047,7 +1055,7 @@ mod tests {
         }
         // Nine changes since the hold: past the usual 4, within the held 12.
         let past = s.list_at("/k/", None, 0, held).await?;
-        assert!(past.items.iter().all(|kv| kv.value == b"v0"), "{past:?}");
+        assert!(past.items.iter().all(|kv| kv.value == b"v0"[..]), "{past:?}");
         drop(hold);
         assert!(matches!(
             s.hold_revision(held + 100).await,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use aes::cipher::{BlockCipher, BlockDecryptMut, BlockEncryptMut, KeyInit, KeyIvInit, block_padding::Pkcs7};
 use base64::Engine;
+use bytes::Bytes;
 use ring::aead;
 use serde::Deserialize;
 
@@ -423,21 +424,23 @@ impl EncryptionConfig {
     }
 
     /// The value to store for `key`.
-    fn encrypt(&self, key: &str, plain: Vec<u8>) -> Result<Vec<u8>> {
+    fn encrypt(&self, key: &str, plain: impl Into<Bytes>) -> Result<Bytes> {
+        let plain = plain.into();
         match self.rule(key).and_then(|r| r.transformers.first()) {
-            Some(t) => t.encrypt(key, &plain),
+            Some(t) => t.encrypt(key, &plain).map(Bytes::from),
             None => Ok(plain),
         }
     }
 
     /// The plain value of what is stored under `key`.
-    fn decrypt(&self, key: &str, stored: Vec<u8>) -> Result<Vec<u8>> {
+    fn decrypt(&self, key: &str, stored: impl Into<Bytes>) -> Result<Bytes> {
+        let stored = stored.into();
         let Some(rule) = self.rule(key) else {
             return Ok(stored);
         };
         for t in &rule.transformers {
             if let Some(plain) = t.decrypt(key, &stored) {
-                return plain.map_err(|e| transform_err(key, e));
+                return plain.map(Bytes::from).map_err(|e| transform_err(key, e));
             }
         }
         Err(transform_err(key, "no matching prefix found"))
@@ -675,7 +678,7 @@ mod tests {
         let rotated = config(&(aes("aescbc", "new", &[2; 32]) + &aes("aescbc", "old", &[1; 32])));
         assert_eq!(
             rotated.decrypt(SECRET, stored_old.clone()).expect("works"),
-            b"{\"a\":1}"
+            b"{\"a\":1}"[..]
         );
         assert!(
             rotated
@@ -695,14 +698,14 @@ mod tests {
         let with_identity = config(&(aes("aescbc", "old", &[1; 32]) + "  - identity: {}\n"));
         assert_eq!(
             with_identity.decrypt(SECRET, b"{}".to_vec()).expect("works"),
-            b"{}"
+            b"{}"[..]
         );
         // Identity first: writes are plain, encrypted values still read through the key.
         let off = config(&("  - identity: {}\n".to_string() + &aes("aescbc", "old", &[1; 32])));
-        assert_eq!(off.encrypt(SECRET, b"{}".to_vec()).expect("works"), b"{}");
+        assert_eq!(off.encrypt(SECRET, b"{}".to_vec()).expect("works"), b"{}"[..]);
         assert_eq!(
             off.decrypt(SECRET, stored_old.clone()).expect("works"),
-            b"{\"a\":1}"
+            b"{\"a\":1}"[..]
         );
         // Identity alone never hands out ciphertext as the object.
         let plain_only = config("  - identity: {}\n");
@@ -721,7 +724,7 @@ mod tests {
             .expect_err("fails")
             .to_string();
         assert!(err.ends_with("cipher: message authentication failed"), "{err}");
-        let mut flipped = stored;
+        let mut flipped = stored.to_vec();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         assert!(c.decrypt(SECRET, flipped).is_err());

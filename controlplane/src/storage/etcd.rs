@@ -81,7 +81,7 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 fn kv_of(v: &Value) -> KeyValue {
     KeyValue {
         key: String::from_utf8_lossy(&unb64(&v["key"])).into_owned(),
-        value: unb64(&v["value"]),
+        value: unb64(&v["value"]).into(),
         create_revision: int(&v["create_revision"]),
         mod_revision: int(&v["mod_revision"]),
     }

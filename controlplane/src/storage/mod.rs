@@ -13,11 +13,13 @@ use std::pin::Pin;
 /// A store revision (etcd's `mod_revision`; the API's `resourceVersion`).
 pub type Revision = i64;
 
-/// A stored value with its revisions.
+/// A stored value with its revisions. The value is shared, not copied, between the store's
+/// map, its watch history (as an event's object and as the next event's previous object) and
+/// the readers it is handed to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyValue {
     pub key: String,
-    pub value: Vec<u8>,
+    pub value: bytes::Bytes,
     /// The revision that created the key.
     pub create_revision: Revision,
     /// The revision of the last change to the key.
@@ -117,11 +119,11 @@ pub struct ListPage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     /// Fails with AlreadyExists if the key exists.
-    Create { key: String, value: Vec<u8> },
+    Create { key: String, value: bytes::Bytes },
     /// Fails with NotFound / Conflict unless the key exists at `expected` (or any revision if None).
     Update {
         key: String,
-        value: Vec<u8>,
+        value: bytes::Bytes,
         expected: Option<Revision>,
     },
     /// Fails with NotFound / Conflict like Update.

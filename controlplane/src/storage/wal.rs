@@ -9,7 +9,7 @@
 //! start and keeps the file. Files are created with mode 0600.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -38,19 +38,46 @@ pub enum Op {
 /// Refuses absurd lengths from a corrupt file before allocating.
 const MAX_RECORD: u32 = 64 << 20;
 
-/// Appends the encoded record to `out`.
-pub fn encode(rec: &Record, out: &mut Vec<u8>) {
-    let mut payload = Vec::with_capacity(29 + rec.key.len() + rec.value.len());
-    payload.push(rec.op as u8);
-    payload.extend_from_slice(&rec.revision.to_le_bytes());
-    payload.extend_from_slice(&rec.create_revision.to_le_bytes());
-    payload.extend_from_slice(&(rec.key.len() as u32).to_le_bytes());
-    payload.extend_from_slice(rec.key.as_bytes());
-    payload.extend_from_slice(&(rec.value.len() as u32).to_le_bytes());
-    payload.extend_from_slice(&rec.value);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+/// A record to encode, borrowing its key and value.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub op: Op,
+    pub revision: i64,
+    pub create_revision: i64,
+    pub key: &'a str,
+    pub value: &'a [u8],
+}
+
+impl Record {
+    /// This record, to encode.
+    #[cfg(test)]
+    pub fn entry(&self) -> Entry<'_> {
+        Entry {
+            op: self.op,
+            revision: self.revision,
+            create_revision: self.create_revision,
+            key: &self.key,
+            value: &self.value,
+        }
+    }
+}
+
+/// Appends the encoded record to `out` (length and CRC header, then the payload in place).
+pub fn encode(rec: Entry<'_>, out: &mut Vec<u8>) {
+    let payload_len = 1 + 8 + 8 + 4 + rec.key.len() + 4 + rec.value.len();
+    out.reserve(8 + payload_len);
+    let start = out.len();
+    out.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.push(rec.op as u8);
+    out.extend_from_slice(&rec.revision.to_le_bytes());
+    out.extend_from_slice(&rec.create_revision.to_le_bytes());
+    out.extend_from_slice(&(rec.key.len() as u32).to_le_bytes());
+    out.extend_from_slice(rec.key.as_bytes());
+    out.extend_from_slice(&(rec.value.len() as u32).to_le_bytes());
+    out.extend_from_slice(rec.value);
+    let crc = crc32fast::hash(&out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 fn decode_payload(p: &[u8]) -> Option<Record> {
@@ -144,18 +171,25 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
-/// Writes `data` to `path` atomically and durably (temp file, fsync, rename, fsync dir).
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+/// Writes a file atomically and durably (temp file, fsync, rename, fsync dir), its content
+/// written by `fill` through a buffered writer (a snapshot of the whole store is streamed to
+/// the file, never held in memory at once).
+pub fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> Result<()> {
     let tmp = path.with_extension("tmp");
     {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .open(&tmp)
             .map_err(io(&tmp))?;
-        f.write_all(data).map_err(io(&tmp))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        fill(&mut w).map_err(io(&tmp))?;
+        let f = w.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
         f.sync_all().map_err(io(&tmp))?;
     }
     std::fs::rename(&tmp, path).map_err(io(path))?;
@@ -201,12 +235,13 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut buf = Vec::new();
-        encode(&rec(1, "/a", b"x"), &mut buf);
+        encode(rec(1, "/a", b"x").entry(), &mut buf);
         encode(
-            &Record {
+            Record {
                 op: Op::Delete,
                 ..rec(2, "/a", b"")
-            },
+            }
+            .entry(),
             &mut buf,
         );
         let (recs, len) = decode_all(&buf);
@@ -219,9 +254,9 @@ mod tests {
     #[test]
     fn torn_and_corrupt_tails_are_cut() {
         let mut buf = Vec::new();
-        encode(&rec(1, "/a", b"one"), &mut buf);
+        encode(rec(1, "/a", b"one").entry(), &mut buf);
         let good = buf.len();
-        encode(&rec(2, "/b", b"two"), &mut buf);
+        encode(rec(2, "/b", b"two").entry(), &mut buf);
         // Torn: the second record is cut short.
         let (recs, len) = decode_all(&buf[..buf.len() - 2]);
         assert_eq!((recs.len(), len), (1, good));

@@ -53,7 +53,11 @@ impl Api {
     /// Creates or reconciles the bootstrap policy, loads the RBAC index and keeps it current,
     /// and starts the aggregation controller. Call once, after [`Api::bootstrap`].
     pub async fn start_authorization(&self) -> Result<(), ApiError> {
-        for prefix in [super::rbac::PREFIX, super::node::PODS_PREFIX] {
+        for prefix in [
+            super::rbac::PREFIX,
+            super::node::PODS_PREFIX,
+            super::node::CLAIMS_PREFIX,
+        ] {
             let rev = self
                 .authz
                 .load(self.store.as_ref(), prefix)

@@ -311,7 +311,7 @@ impl Authz {
         if !ev.kv.key.starts_with(rbac::PREFIX) {
             return;
         }
-        let value = (ev.kind == EventKind::Put).then_some(ev.kv.value.as_slice());
+        let value = (ev.kind == EventKind::Put).then_some(&ev.kv.value[..]);
         let changed = match self.index.write() {
             Ok(mut ix) => ix.apply(&ev.kv.key, value, ev.kv.mod_revision),
             Err(_) => false,
@@ -321,24 +321,24 @@ impl Authz {
         }
     }
 
-    /// Takes in one pod change of the store's watch (the node graph has this one ordered
-    /// source: a pod write is in the graph as soon as the watch delivers it).
-    fn observe_pod(&self, ev: &Event) {
-        let value = (ev.kind == EventKind::Put).then_some(ev.kv.value.as_slice());
+    /// Takes in one pod or claim change of the store's watch (the node graph's ordered
+    /// sources: a write is in the graph as soon as the watch delivers it).
+    fn observe_graph(&self, ev: &Event) {
+        let value = (ev.kind == EventKind::Put).then_some(&ev.kv.value[..]);
         if let Ok(mut g) = self.graph.write() {
             g.apply(&ev.kv.key, value);
         }
     }
 
-    /// Loads every object under `prefix` (RBAC objects, or pods for the node graph) from
-    /// `store`; returns the revision read at.
+    /// Loads every object under `prefix` (RBAC objects, or pods or claims for the node graph)
+    /// from `store`; returns the revision read at.
     pub(crate) async fn load(&self, store: &dyn Store, prefix: &str) -> crate::storage::Result<i64> {
-        if prefix == node::PODS_PREFIX {
+        if node::GRAPH_PREFIXES.contains(&prefix) {
             // A page at a time at one revision: a large cluster's pods are not all held at once.
             let mut page = store.list(prefix, None, 1000).await?;
             let rev = page.revision;
             if let Ok(mut g) = self.graph.write() {
-                g.clear();
+                g.clear(prefix);
             }
             loop {
                 if let Ok(mut g) = self.graph.write() {
@@ -372,8 +372,8 @@ impl Authz {
                     match w.next().await {
                         Ok(ev) => {
                             rev = rev.max(ev.kv.mod_revision);
-                            if prefix == node::PODS_PREFIX {
-                                self.observe_pod(&ev);
+                            if node::GRAPH_PREFIXES.contains(&prefix) {
+                                self.observe_graph(&ev);
                             } else {
                                 self.observe(&ev);
                             }

@@ -16,6 +16,10 @@ use crate::api::status::ApiError;
 
 /// The store prefix of pods.
 pub(crate) const PODS_PREFIX: &str = "/registry/core/pods/";
+/// The store prefix of PersistentVolumeClaims (the graph's claim → volume edges).
+pub(crate) const CLAIMS_PREFIX: &str = "/registry/core/persistentvolumeclaims/";
+/// The store prefixes the graph is kept from.
+pub(crate) const GRAPH_PREFIXES: [&str; 2] = [PODS_PREFIX, CLAIMS_PREFIX];
 /// Node labels a node may not set or change on itself.
 const RESTRICTED_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
 
@@ -101,18 +105,39 @@ fn refs_of(value: &[u8]) -> Option<PodRefs> {
     pod_refs(&serde_json::from_slice::<Value>(value).ok()?)
 }
 
-/// Pods bound to nodes and the objects they reference. Fed by one ordered source (the store's
-/// list and watch), so only bound pods are kept.
+/// Just enough of a claim to know its volume.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Claim {
+    #[serde(default)]
+    spec: ClaimSpec,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ClaimSpec {
+    #[serde(default, rename = "volumeName")]
+    volume_name: Option<String>,
+}
+
+/// Pods bound to nodes and the objects they reference, and claims bound to volumes. Fed by the
+/// store's ordered list and watch of pods and of claims, so only bound pods are kept.
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
     pods: HashMap<String, PodRefs>,
     /// (kind, namespace, name) → node → number of its pods referencing it.
     edges: HashMap<(&'static str, String, String), HashMap<String, u32>>,
+    /// Claim store key → (namespace, claim, volume) of claims bound to a volume.
+    claims: HashMap<String, (String, String, String)>,
+    /// Volume → (namespace, claim) of the claims bound to it.
+    volumes: HashMap<String, Vec<(String, String)>>,
 }
 
 impl Graph {
-    /// Applies one stored pod (`value` None: deleted), in store order.
+    /// Applies one stored pod or claim (`value` None: deleted), in store order.
     pub(crate) fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        if let Some(rest) = key.strip_prefix(CLAIMS_PREFIX) {
+            self.apply_claim(key, rest, value);
+            return;
+        }
         let refs = value.and_then(refs_of);
         let old = match &refs {
             Some(r) => {
@@ -151,15 +176,53 @@ impl Graph {
         }
     }
 
+    /// Applies one stored claim; `rest` is its key after the prefix (`<ns>/<name>`).
+    fn apply_claim(&mut self, key: &str, rest: &str, value: Option<&[u8]>) {
+        let volume = value
+            .and_then(|v| serde_json::from_slice::<Claim>(v).ok())
+            .and_then(|c| c.spec.volume_name)
+            .filter(|v| !v.is_empty());
+        if let Some((ns, claim, old)) = self.claims.remove(key)
+            && let Some(list) = self.volumes.get_mut(&old)
+        {
+            list.retain(|c| c.0 != ns || c.1 != claim);
+            if list.is_empty() {
+                self.volumes.remove(&old);
+            }
+        }
+        let (Some(volume), Some((ns, claim))) = (volume, rest.split_once('/')) else {
+            return;
+        };
+        self.volumes
+            .entry(volume.clone())
+            .or_default()
+            .push((ns.to_string(), claim.to_string()));
+        self.claims
+            .insert(key.to_string(), (ns.to_string(), claim.to_string(), volume));
+    }
+
     fn related(&self, node: &str, kind: &'static str, ns: &str, name: &str) -> bool {
+        if kind == "pv" {
+            return self.volumes.get(name).is_some_and(|claims| {
+                claims
+                    .iter()
+                    .any(|(ns, claim)| self.related(node, "pvc", ns, claim))
+            });
+        }
         self.edges
             .get(&(kind, ns.to_string(), name.to_string()))
             .is_some_and(|nodes| nodes.contains_key(node))
     }
 
-    /// Forgets everything (before a relist).
-    pub(crate) fn clear(&mut self) {
-        *self = Graph::default();
+    /// Forgets what was loaded from `prefix` (before a relist of it).
+    pub(crate) fn clear(&mut self, prefix: &str) {
+        if prefix == CLAIMS_PREFIX {
+            self.claims.clear();
+            self.volumes.clear();
+        } else {
+            self.pods.clear();
+            self.edges.clear();
+        }
     }
 }
 
@@ -201,9 +264,7 @@ pub(crate) fn authorize(
         ("", "secrets") => read_object("secret", &["get", "list", "watch"]),
         ("", "configmaps") => read_object("configmap", &["get", "list", "watch"]),
         ("", "persistentvolumeclaims") if a.subresource.is_empty() => read_object("pvc", &["get"]),
-        ("", "persistentvolumes") => deny(format!(
-            "no relationship found between node '{node}' and this object"
-        )),
+        ("", "persistentvolumes") => read_object("pv", &["get"]),
         ("", "serviceaccounts") if a.subresource == "token" => {
             if a.verb != "create" {
                 Err("can only create tokens for individual service accounts".into())
@@ -507,6 +568,80 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn nodes_read_the_volumes_of_their_pods_claims() {
+        let mut g = Graph::default();
+        let put =
+            |g: &mut Graph, key: &str, v: Value| g.apply(key, Some(&serde_json::to_vec(&v).expect("json")));
+        let pod = |claim: &str| {
+            json!({"metadata": {"namespace": "db", "name": "p"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}],
+                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}})
+        };
+        let claim = |volume: &str| json!({"metadata": {"namespace": "db", "name": "data"}, "spec": {"volumeName": volume}});
+        let get_pv = |name| attrs("get", "", "persistentvolumes", "", "", name);
+        let no_relation = |n: &str| {
+            Some(Err(Denied(format!(
+                "no relationship found between node '{n}' and this object"
+            ))))
+        };
+        put(&mut g, "/registry/core/pods/db/p", pod("data"));
+        // The claim is not bound yet: no volume to read.
+        put(&mut g, "/registry/core/persistentvolumeclaims/db/data", claim(""));
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-1"), ""), no_relation("n1"));
+        // Bound: the node of the claim's pod reads the volume, another node does not.
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            claim("pv-1"),
+        );
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-1"), ""), Some(Ok(())));
+        assert_eq!(authorize(&g, "n2", &get_pv("pv-1"), ""), no_relation("n2"));
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-2"), ""), no_relation("n1"));
+        // Only get, of one named volume.
+        for (verb, name) in [
+            ("list", ""),
+            ("watch", ""),
+            ("delete", "pv-1"),
+            ("update", "pv-1"),
+        ] {
+            assert_eq!(
+                authorize(&g, "n1", &attrs(verb, "", "persistentvolumes", "", "", name), ""),
+                Some(Err(Denied(
+                    "can only read individual persistentvolumes objects".into()
+                ))),
+                "{verb}"
+            );
+        }
+        // Rebound to another volume, then the pod moves to another claim, then the claim goes.
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            claim("pv-2"),
+        );
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-1"), ""), no_relation("n1"));
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-2"), ""), Some(Ok(())));
+        put(&mut g, "/registry/core/pods/db/p", pod("other"));
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-2"), ""), no_relation("n1"));
+        put(&mut g, "/registry/core/pods/db/p", pod("data"));
+        g.apply("/registry/core/persistentvolumeclaims/db/data", None);
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-2"), ""), no_relation("n1"));
+        // A relist of claims forgets the claims only, not the pods.
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            claim("pv-3"),
+        );
+        g.clear(CLAIMS_PREFIX);
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-3"), ""), no_relation("n1"));
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            claim("pv-3"),
+        );
+        assert_eq!(authorize(&g, "n1", &get_pv("pv-3"), ""), Some(Ok(())));
     }
 
     #[test]

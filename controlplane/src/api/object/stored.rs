@@ -341,7 +341,7 @@ mod tests {
     fn listed(stored: &[u8], rev: i64) -> Vec<u8> {
         let kv = KeyValue {
             key: "/registry/core/pods/default/p".into(),
-            value: stored.to_vec(),
+            value: bytes::Bytes::copy_from_slice(stored),
             create_revision: 1,
             mod_revision: rev,
         };
@@ -355,7 +355,7 @@ mod tests {
     fn decoded(stored: &[u8], rev: i64) -> Vec<u8> {
         let kv = KeyValue {
             key: "k".into(),
-            value: stored.to_vec(),
+            value: bytes::Bytes::copy_from_slice(stored),
             create_revision: 1,
             mod_revision: rev,
         };
@@ -365,7 +365,7 @@ mod tests {
     fn kv(stored: &[u8]) -> KeyValue {
         KeyValue {
             key: "k".into(),
-            value: stored.to_vec(),
+            value: bytes::Bytes::copy_from_slice(stored),
             create_revision: 1,
             mod_revision: 1,
         }

@@ -104,6 +104,7 @@ kinds! {
     "autoscaling" "v2" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
     "autoscaling" "v1" "HorizontalPodAutoscaler" => k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler,
     "authentication.k8s.io" "v1" "SelfSubjectReview" => k8s_openapi::api::authentication::v1::SelfSubjectReview,
+    "authentication.k8s.io" "v1" "TokenReview" => k8s_openapi::api::authentication::v1::TokenReview,
     "authorization.k8s.io" "v1" "LocalSubjectAccessReview" => k8s_openapi::api::authorization::v1::LocalSubjectAccessReview,
     "authorization.k8s.io" "v1" "SelfSubjectAccessReview" => k8s_openapi::api::authorization::v1::SelfSubjectAccessReview,
     "authorization.k8s.io" "v1" "SelfSubjectRulesReview" => k8s_openapi::api::authorization::v1::SelfSubjectRulesReview,

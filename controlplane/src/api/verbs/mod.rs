@@ -127,7 +127,7 @@ impl Api {
             .store
             .write(Write::Update {
                 key,
-                value: encode(obj),
+                value: encode(obj).into(),
                 expected: Some(rev),
             })
             .await

@@ -3,6 +3,8 @@
 //! token authenticates its bearer as `system:serviceaccount:<namespace>:<name>` (groups
 //! `system:serviceaccounts`, `system:serviceaccounts:<namespace>`, `system:authenticated`) while
 //! it is unexpired, carries the API audience and its ServiceAccount still exists with the same uid.
+//! TokenReview (`POST authentication.k8s.io/v1 tokenreviews`, what a kubelet's webhook
+//! authentication posts) answers who any bearer token this server accepts stands for.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -104,6 +106,61 @@ impl Api {
                 "boundObjectRef": if bound.is_object() { bound.clone() } else { Value::Null }},
             "status": {"token": token, "expirationTimestamp": kcore::time::rfc3339(expires)},
         }))
+    }
+
+    /// Sets the static bearer tokens (once; later calls change nothing).
+    pub fn set_static_tokens(&self, tokens: std::collections::HashMap<String, Caller>) {
+        let _ = self.static_tokens.set(tokens);
+    }
+
+    /// The caller a bearer token stands for: a static token, a service-account token, or a
+    /// bootstrap token.
+    pub async fn authenticate_bearer(&self, token: &str) -> Option<Caller> {
+        if let Some(c) = self.static_tokens.get().and_then(|t| t.get(token)) {
+            return Some(c.clone());
+        }
+        if token.matches('.').count() == 2 {
+            return self.authenticate_token(token).await;
+        }
+        self.authenticate_bootstrap_token(token).await
+    }
+
+    /// `POST tokenreviews`: who `spec.token` stands for. Every token this server accepts is
+    /// valid for the API audience only, so a review naming other audiences is not
+    /// authenticated (upstream's audience-agnostic authenticators answer the same).
+    pub(crate) async fn token_review(&self, mut body: Value) -> Result<Value, ApiError> {
+        let token = body["spec"]["token"].as_str().unwrap_or_default().to_string();
+        if token.is_empty() {
+            return Err(ApiError::bad_request(
+                "token is required for TokenReview in authentication",
+            ));
+        }
+        let asked: Vec<String> = body["spec"]["audiences"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default();
+        let for_api = asked.is_empty() || asked.iter().any(|a| a == ISSUER);
+        let who = if for_api {
+            self.authenticate_bearer(&token).await
+        } else {
+            None
+        };
+        body["apiVersion"] = json!("authentication.k8s.io/v1");
+        body["kind"] = json!("TokenReview");
+        if !body["metadata"].is_object() {
+            body["metadata"] = json!({});
+        }
+        body["metadata"]["creationTimestamp"] = Value::Null;
+        body["status"] = match who {
+            Some(c) => {
+                json!({"authenticated": true, "user": {"username": c.user, "groups": c.groups}, "audiences": [ISSUER]})
+            }
+            None if !for_api => {
+                json!({"user": {}, "error": format!("token audiences {asked:?} are not valid for this server (it accepts {ISSUER:?})")})
+            }
+            None => json!({"user": {}, "error": "invalid bearer token"}),
+        };
+        Ok(body)
     }
 
     /// The caller a service-account token stands for (None: not one of ours, expired, wrong
