@@ -1,10 +1,10 @@
 //! Who may use the agent's endpoint: a client certificate from the cluster CA names the caller
 //! (the x509 rule: CN is the user, each O a group), or else a bearer token the control plane
 //! vouches for through a TokenReview (answers kept 2 min, the kubelet's webhook `cacheTTL`); and
-//! every request is authorized by the control plane through a SubjectAccessReview, as the kubelet's webhook mode does: the request
-//! maps to `<verb>` on `nodes/<subresource>` named after this node (upstream's
-//! `GetRequestAttributes`), and answers are cached (allowed 5 min, denied 30 s: the kubelet's
-//! defaults), so a stream of log reads asks once.
+//! every request is authorized by the control plane through a SubjectAccessReview, as the
+//! kubelet's webhook mode does: the request maps to `<verb>` on `nodes/<subresource>` named
+//! after this node (upstream's `GetRequestAttributes`), and answers are cached (allowed 5 min,
+//! denied 30 s: the kubelet's defaults), so a stream of log reads asks once.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

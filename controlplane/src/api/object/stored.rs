@@ -292,8 +292,14 @@ impl<'a> Scan<'a> {
 
 /// The stored form of an object: everything but its resourceVersion (the store's revision),
 /// serialized in place (no copy of the object).
-pub(crate) fn encode(obj: &Value) -> Vec<u8> {
-    serde_json::to_vec(&Stored(obj)).unwrap_or_default()
+/// The bytes stored for `obj`: exactly sized (serde_json's buffer grows by doubling, and a
+/// stored value is kept for as long as the object lives, so the spare capacity is given back).
+pub(crate) fn encode(obj: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(
+        serde_json::to_vec(&Stored(obj))
+            .unwrap_or_default()
+            .into_boxed_slice(),
+    )
 }
 
 struct Stored<'a>(&'a Value);

@@ -23,7 +23,7 @@ async fn store_all(f: &Fixture, res: &registry::Resource, objects: Vec<Value>) {
             store
                 .write(Write::Create {
                     key,
-                    value: encode(&o).into(),
+                    value: encode(&o),
                 })
                 .await
                 .expect("write")
@@ -210,7 +210,7 @@ async fn a_streamed_list_is_one_revision_while_writes_go_on() {
             .store
             .write(Write::Update {
                 key: cms.key(Some("default"), &format!("cm-{i:05}")),
-                value: encode(&cm).into(),
+                value: encode(&cm),
                 expected: None,
             })
             .await

@@ -223,7 +223,7 @@ async fn lists_answer_protobuf_whole_paged_and_streamed() {
             store
                 .write(Write::Create {
                     key: cms.key(Some("default"), &format!("cm-{i:05}")),
-                    value: encode(&cm).into(),
+                    value: encode(&cm),
                 })
                 .await
                 .expect("write")
@@ -250,7 +250,7 @@ async fn lists_answer_protobuf_whole_paged_and_streamed() {
         .store
         .write(Write::Create {
             key: cms.key(Some("kube-public"), "odd"),
-            value: encode(&odd).into(),
+            value: encode(&odd),
         })
         .await
         .expect("write");

@@ -153,7 +153,7 @@ impl Api {
             .store
             .write(Write::Create {
                 key: res.key(ns.as_deref(), &name),
-                value: encode(&obj).into(),
+                value: encode(&obj),
             })
             .await
             .map_err(store_err_for(res, &name))?;

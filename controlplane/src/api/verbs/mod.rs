@@ -127,7 +127,7 @@ impl Api {
             .store
             .write(Write::Update {
                 key,
-                value: encode(obj).into(),
+                value: encode(obj),
                 expected: Some(rev),
             })
             .await
