@@ -90,14 +90,18 @@ impl Refusal {
 
 type Key = (String, Vec<String>, Attributes);
 
+/// A TokenReview answer kept: who (None: not authenticated) and until when.
+type TokenAnswer = (Option<Identity>, Instant);
+
 /// The agent's authorizer: SubjectAccessReviews through the node's own client (set once the
 /// node has joined; before that every request is an authorization error).
 pub struct Authorizer {
     node: String,
     client: OnceLock<kube::Client>,
     cache: Mutex<HashMap<Key, (bool, Instant)>>,
-    /// Bearer token → who the control plane said it is (None: not authenticated).
-    tokens: Mutex<HashMap<String, (Option<Identity>, Instant)>>,
+    /// SHA-256 of a bearer token → who the control plane said it is (None: not
+    /// authenticated). Digests, not tokens, are kept, as the kubelet's cache does.
+    tokens: Mutex<HashMap<[u8; 32], TokenAnswer>>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -122,11 +126,13 @@ impl Authorizer {
     /// Who a bearer token stands for, as a TokenReview answers (None: not authenticated, also
     /// when the review cannot be made: the kubelet answers 401 then too).
     pub async fn authenticate(&self, token: &str) -> Option<Identity> {
+        use sha2::Digest;
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
         if let Some((who, until)) = self
             .tokens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(token)
+            .get(&digest)
             && *until > Instant::now()
         {
             return who.clone();
@@ -164,7 +170,7 @@ impl Authorizer {
         if tokens.len() >= CACHE_LIMIT {
             tokens.clear();
         }
-        tokens.insert(token.to_string(), (who.clone(), Instant::now() + TOKEN_TTL));
+        tokens.insert(digest, (who.clone(), Instant::now() + TOKEN_TTL));
         who
     }
 
