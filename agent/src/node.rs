@@ -253,7 +253,7 @@ fn ephemeral_capacity() -> Option<u64> {
     let root = std::path::Path::new(kcore::allocatable::EPHEMERAL_ROOT);
     let st = nix::sys::statvfs::statvfs(root).ok()?;
     let bytes = st.blocks().saturating_mul(st.fragment_size());
-    (bytes > 0 && root.is_dir()).then_some(bytes)
+    (bytes > 0).then_some(bytes)
 }
 
 /// The Node object this machine registers.

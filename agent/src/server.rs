@@ -83,14 +83,7 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
         return text(200, "ok");
     }
     let attrs = crate::authz::attributes(req.method(), req.uri().path());
-    let bearer = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
-    let who = match (&peer.identity, bearer) {
+    let who = match (&peer.identity, transport::server::bearer_token(req.headers())) {
         (Some(id), _) => Some(id.clone()),
         (None, Some(token)) => ctx.authz.authenticate(token).await,
         (None, None) => None,

@@ -222,11 +222,6 @@ impl Audited {
 
 /// The caller a request's bearer token names.
 async fn bearer_caller(api: &Api, req: &hyper::Request<Incoming>) -> Option<Caller> {
-    let presented = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)?;
-    api.authenticate_bearer(presented).await
+    api.authenticate_bearer(transport::server::bearer_token(req.headers())?)
+        .await
 }

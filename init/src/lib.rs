@@ -87,7 +87,7 @@ fn boot_and_supervise() -> Shutdown {
         Err(e) => tracing::error!(error = %e, "cgroup2 setup failed"),
     }
     let cfg = load_config();
-    let containers = runtime::server::Options::default().state_dir.join("containers");
+    let containers = Path::new(runtime::server::STATE_DIR).join("containers");
     let binds = [
         ("containers", containers.as_path()),
         ("logs", Path::new(agent::logs::PODS_LOG_ROOT)),

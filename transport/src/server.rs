@@ -54,6 +54,17 @@ pub struct Peer {
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Accepts connections on `listener` for ever, each served by `handler` on its own task.
+/// The token of a request's `Authorization: Bearer <token>` header (None: absent or empty).
+pub fn bearer_token(headers: &hyper::HeaderMap) -> Option<&str> {
+    headers
+        .get(hyper::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
 pub async fn serve<F, Fut>(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,

@@ -280,17 +280,6 @@ impl Api {
                 .get(&gv.join("/"))
                 .map(|(_, doc)| json_bytes_response(doc.clone()))
                 .ok_or_else(|| ApiError::not_found_path(&path)),
-            (Method::POST, ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) => {
-                let ct = req
-                    .headers()
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                match parse_object_body(ct, req.body()) {
-                    Ok(body) => self.token_review(body).await.map(|v| json_response(201, &v)),
-                    Err(e) => Err(e),
-                }
-            }
             (Method::POST, s) if authz::reviews::review_of(s).is_some() => {
                 let (plural, ns) = authz::reviews::review_of(s).unwrap_or_default();
                 let ct = req
@@ -298,13 +287,18 @@ impl Api {
                     .get(header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default();
-                let body = if ct.starts_with(protobuf::MEDIA_TYPE) && plural != "selfsubjectreviews" {
+                let authentication = matches!(plural, "selfsubjectreviews" | "tokenreviews");
+                let body = if ct.starts_with(protobuf::MEDIA_TYPE) && !authentication {
                     authz::reviews::decode_protobuf_review(plural, req.body())
                 } else {
                     parse_object_body(ct, req.body())
                 };
-                body.and_then(|body| authz::reviews::answer(&self.authz, caller, plural, ns, body))
-                    .map(|v| json_response(201, &v))
+                let answered = match body {
+                    Ok(body) if plural == "tokenreviews" => self.token_review(body).await,
+                    Ok(body) => authz::reviews::answer(&self.authz, caller, plural, ns, body),
+                    Err(e) => Err(e),
+                };
+                answered.map(|v| json_response(201, &v))
             }
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {

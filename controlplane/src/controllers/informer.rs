@@ -82,11 +82,7 @@ impl<K: Object> Debug for Informer<K> {
 /// account's projected volume measured 10-12 KB in memory (heaptrack, 10,000 pods); the volume
 /// alone is a 3 KB struct plus its sources.
 fn strip<K: Object>(o: &mut K) {
-    let m = o.meta_mut();
-    m.managed_fields = None;
-    if let Some(a) = m.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    crate::scheduler::strip::meta(o);
     if let Some(spec) = (o as &mut dyn Any)
         .downcast_mut::<Pod>()
         .and_then(|p| p.spec.as_mut())

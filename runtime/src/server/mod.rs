@@ -45,6 +45,10 @@ use crate::net::Cidr;
 /// Written by init once the background kernel modules (bridge, veth, overlay, ...) are loaded.
 pub const MODULES_DONE: &str = "/run/nodeos/modules.done";
 
+/// Where the runtime keeps its records and its containers' directories (`containers/<id>`:
+/// writable layer, rootfs mount point); init mounts the node's ephemeral storage below it.
+pub const STATE_DIR: &str = "/run/nodeos/runtime";
+
 /// Settings of the runtime process.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -63,7 +67,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             socket: PathBuf::from(runtime_api::SOCKET),
-            state_dir: PathBuf::from("/run/nodeos/runtime"),
+            state_dir: PathBuf::from(STATE_DIR),
             image_root: PathBuf::from(crate::IMAGE_ROOT),
             cgroup_root: PathBuf::from(cgroups::CGROUP_ROOT),
             log_max_size: crate::logs::DEFAULT_MAX_SIZE,

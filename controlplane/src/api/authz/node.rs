@@ -125,8 +125,8 @@ pub(crate) struct Graph {
     pods: HashMap<String, PodRefs>,
     /// (kind, namespace, name) → node → number of its pods referencing it.
     edges: HashMap<(&'static str, String, String), HashMap<String, u32>>,
-    /// Claim store key → (namespace, claim, volume) of claims bound to a volume.
-    claims: HashMap<String, (String, String, String)>,
+    /// Claim store key → the volume it is bound to.
+    claims: HashMap<String, String>,
     /// Volume → (namespace, claim) of the claims bound to it.
     volumes: HashMap<String, Vec<(String, String)>>,
 }
@@ -182,7 +182,10 @@ impl Graph {
             .and_then(|v| serde_json::from_slice::<Claim>(v).ok())
             .and_then(|c| c.spec.volume_name)
             .filter(|v| !v.is_empty());
-        if let Some((ns, claim, old)) = self.claims.remove(key)
+        let Some((ns, claim)) = rest.split_once('/') else {
+            return;
+        };
+        if let Some(old) = self.claims.remove(key)
             && let Some(list) = self.volumes.get_mut(&old)
         {
             list.retain(|c| c.0 != ns || c.1 != claim);
@@ -190,15 +193,12 @@ impl Graph {
                 self.volumes.remove(&old);
             }
         }
-        let (Some(volume), Some((ns, claim))) = (volume, rest.split_once('/')) else {
-            return;
-        };
+        let Some(volume) = volume else { return };
         self.volumes
             .entry(volume.clone())
             .or_default()
             .push((ns.to_string(), claim.to_string()));
-        self.claims
-            .insert(key.to_string(), (ns.to_string(), claim.to_string(), volume));
+        self.claims.insert(key.to_string(), volume);
     }
 
     fn related(&self, node: &str, kind: &'static str, ns: &str, name: &str) -> bool {

@@ -22,7 +22,8 @@ fn invalid(kind: &str, name: &str, field: &str, message: &str) -> ApiError {
     }
 }
 
-/// Which review a path names: (group, plural, namespace of a local review).
+/// Which review a path names: (plural, namespace of a local review). TokenReview is answered
+/// by the API ([`crate::api::Api::token_review`]: it authenticates), the others by [`answer`].
 pub(crate) fn review_of<'a>(segs: &[&'a str]) -> Option<(&'a str, Option<&'a str>)> {
     match segs {
         ["apis", "authorization.k8s.io", "v1", plural]
@@ -41,7 +42,12 @@ pub(crate) fn review_of<'a>(segs: &[&'a str]) -> Option<(&'a str, Option<&'a str
             ns,
             "localsubjectaccessreviews",
         ] => Some(("localsubjectaccessreviews", Some(ns))),
-        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => Some(("selfsubjectreviews", None)),
+        [
+            "apis",
+            "authentication.k8s.io",
+            "v1",
+            plural @ ("selfsubjectreviews" | "tokenreviews"),
+        ] => Some((plural, None)),
         _ => None,
     }
 }

@@ -291,9 +291,8 @@ impl<'a> Scan<'a> {
 }
 
 /// The stored form of an object: everything but its resourceVersion (the store's revision),
-/// serialized in place (no copy of the object).
-/// The bytes stored for `obj`: exactly sized (serde_json's buffer grows by doubling, and a
-/// stored value is kept for as long as the object lives, so the spare capacity is given back).
+/// serialized in place (no copy of the object), exactly sized (serde_json's buffer grows by
+/// doubling, and a stored value is kept for as long as the object lives).
 pub(crate) fn encode(obj: &Value) -> bytes::Bytes {
     bytes::Bytes::from(
         serde_json::to_vec(&Stored(obj))
