@@ -17,8 +17,19 @@ pub mod stats;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use pods::shutdown::NodeState;
 pub use server::serve;
+
+/// The signal init sends the agent when the machine is going down: stop the pods (graceful
+/// node shutdown, NODE-68), then exit. SIGTERM alone stops the agent and leaves every pod
+/// running (an agent restart must not touch pods).
+pub const NODE_SHUTDOWN_SIGNAL: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGPWR;
+
+/// What the agent gets beyond the pods' grace periods to finish node shutdown.
+const NODE_SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
 
 /// Agent settings (from the machine config once the node joins a control plane).
 #[derive(Debug, Clone)]
@@ -100,8 +111,14 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .and_then(|s| s.control_plane.as_ref())
         .map(|cp| cp.ca_pem.clone());
     let node_name = settings.as_ref().map(|s| s.node_name.clone()).unwrap_or_default();
-    let cert = std::sync::Arc::new(server::self_signed(&cfg.server_names)?);
-    let authz = std::sync::Arc::new(authz::Authorizer::new(&node_name));
+    let bands = settings
+        .as_ref()
+        .filter(|s| s.control_plane.is_some())
+        .map(|s| s.shutdown_grace_period_by_pod_priority.clone())
+        .unwrap_or_default();
+    let cert = Arc::new(server::self_signed(&cfg.server_names)?);
+    let authz = Arc::new(authz::Authorizer::new(&node_name));
+    let state = Arc::new(tokio::sync::watch::channel(NodeState::Running).0);
     rt.block_on(async {
         if let Some(s) = settings {
             tokio::spawn(node::run(
@@ -109,16 +126,43 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 cfg.identity_dir.clone(),
                 authz.clone(),
                 cert.clone(),
+                state.clone(),
             ));
         }
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(AgentError::Runtime)?;
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(AgentError::Runtime)?;
+        let mut power =
+            signal(SignalKind::from_raw(NODE_SHUTDOWN_SIGNAL as i32)).map_err(AgentError::Runtime)?;
         tokio::select! {
             r = serve(cfg, ca_pem, node_name, cert, authz) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())
             }
+            _ = power.recv() => {
+                shut_down(&state, &bands).await;
+                Ok(())
+            }
         }
     })
+}
+
+/// Graceful node shutdown: reports the node NotReady and stops the pods by priority band, then
+/// returns (bounded by the bands' periods). Without bands (the default) nothing is stopped.
+async fn shut_down(state: &tokio::sync::watch::Sender<NodeState>, bands: &[settings::ShutdownGracePeriod]) {
+    if bands.is_empty() {
+        tracing::info!("node shutdown: graceful node shutdown is off; stopping");
+        return;
+    }
+    let total = Duration::from_secs(settings::ShutdownGracePeriod::total(bands));
+    tracing::info!(grace_s = total.as_secs(), "node shutdown requested");
+    let mut rx = state.subscribe();
+    state.send_replace(NodeState::ShuttingDown);
+    let stopped = rx.wait_for(|s| *s == NodeState::PodsStopped);
+    if tokio::time::timeout(total + NODE_SHUTDOWN_SLACK, stopped)
+        .await
+        .is_err()
+    {
+        tracing::warn!("node shutdown: the pods were not all stopped in time");
+    }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use transport::kubeapi::{Credentials, KubeClientError};
 
+use crate::pods::shutdown::NodeState;
 use crate::settings::{AgentSettings, ControlPlane};
 
 /// The agent's User-Agent: the API server names the agent's field manager after its product
@@ -215,7 +216,9 @@ fn memory_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn conditions(now: &str) -> Value {
+/// The node's conditions at `now`; Ready is False while the node shuts down (the kubelet's
+/// shutdown manager reports "node is shutting down" through the Ready condition).
+fn conditions(now: &str, shutting_down: bool) -> Value {
     let c = |t: &str, s: &str, reason: &str, message: &str| {
         json!({"type": t, "status": s, "reason": reason, "message": message,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
@@ -239,7 +242,16 @@ fn conditions(now: &str) -> Value {
             "KubeletHasSufficientPID",
             "kubelet has sufficient PID available"
         ),
-        c("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        if shutting_down {
+            c(
+                "Ready",
+                "False",
+                "KubeletNotReady",
+                crate::pods::shutdown::NODE_NOT_READY_MESSAGE,
+            )
+        } else {
+            c("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        },
     ])
 }
 
@@ -288,7 +300,7 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
             "capacity": capacity,
             "allocatable": allocatable,
             "addresses": addresses,
-            "conditions": conditions(&now),
+            "conditions": conditions(&now, false),
             "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
             "nodeInfo": {
                 "machineID": read_trim("/etc/machine-id"),
@@ -370,12 +382,12 @@ async fn patch_status(client: &kube::Client, name: &str, patch: Value) -> Result
 }
 
 /// Updates the Ready heartbeat.
-pub async fn post_status(client: &kube::Client, name: &str) -> Result<(), JoinError> {
+pub async fn post_status(client: &kube::Client, name: &str, shutting_down: bool) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339(SystemTime::now());
     patch_status(
         client,
         name,
-        json!({ "status": { "conditions": conditions(&now) } }),
+        json!({ "status": { "conditions": conditions(&now, shutting_down) } }),
     )
     .await
 }
@@ -425,6 +437,7 @@ pub async fn run(
     state_dir: PathBuf,
     authz: std::sync::Arc<crate::authz::Authorizer>,
     serving_cert: std::sync::Arc<transport::tls::SwappableCert>,
+    state: std::sync::Arc<tokio::sync::watch::Sender<NodeState>>,
 ) {
     let Some(cp) = settings.control_plane.clone() else {
         tracing::info!("no control plane configured; running standalone");
@@ -479,7 +492,9 @@ pub async fn run(
             node: name.clone(),
             node_ip: settings.node_ip.clone(),
             insecure_registries: settings.insecure_registries.clone(),
+            shutdown_bands: settings.shutdown_grace_period_by_pod_priority.clone(),
         },
+        state.clone(),
     );
     let (cidr_client, cidr_node) = (client.clone(), name.clone());
     tokio::spawn(async move {
@@ -490,8 +505,19 @@ pub async fn run(
     let mut lease = tokio::time::interval(LEASE_RENEW);
     let mut status = tokio::time::interval(STATUS_UPDATE);
     let mut renewed = 0u64;
+    let mut state_rx = state.subscribe();
+    let mut shutting_down = *state_rx.borrow_and_update() != NodeState::Running;
     loop {
         tokio::select! {
+            changed = state_rx.changed(), if !shutting_down => {
+                shutting_down = changed.is_err() || *state_rx.borrow_and_update() != NodeState::Running;
+                if shutting_down {
+                    tracing::info!(node = %name, "node shutdown: reporting the node NotReady");
+                    if let Err(e) = post_status(&client, &name, true).await {
+                        tracing::warn!(error = %e, "node status update failed");
+                    }
+                }
+            }
             _ = lease.tick() => match renew_lease(&client, &name).await {
                 Ok(()) => {
                     renewed += 1;
@@ -502,7 +528,7 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
             },
             _ = status.tick() => {
-                if let Err(e) = post_status(&client, &name).await {
+                if let Err(e) = post_status(&client, &name, shutting_down).await {
                     tracing::warn!(error = %e, "node status update failed");
                 }
             }

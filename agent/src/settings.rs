@@ -22,6 +22,50 @@ pub struct AgentSettings {
     /// Registries reached over plain HTTP.
     #[serde(default)]
     pub insecure_registries: Vec<String>,
+    /// Graceful node shutdown (docs/SEEDS-SPEC.md NODE-68); empty: off, as upstream's default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGracePeriod>,
+}
+
+/// How long the pods of one priority band get when the node shuts down: the kubelet's
+/// `shutdownGracePeriodByPodPriority` entry (pods with at least `priority`, up to the next
+/// entry's, share `shutdown_grace_period_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShutdownGracePeriod {
+    pub priority: i32,
+    pub shutdown_grace_period_seconds: u64,
+}
+
+/// The priority from which pods are critical (upstream's `scheduling.SystemCriticalPriority`,
+/// the value of `system-cluster-critical`).
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+impl ShutdownGracePeriod {
+    /// The kubelet's `shutdownGracePeriod` and `shutdownGracePeriodCriticalPods` as priority
+    /// bands (its `migrateConfig`): regular pods get `total - critical`, pods of at least
+    /// [`SYSTEM_CRITICAL_PRIORITY`] the last `critical` seconds. A zero total, or a critical
+    /// period longer than the total, turns the feature off (no bands), as upstream.
+    pub fn two_phases(total: u64, critical: u64) -> Vec<Self> {
+        if total == 0 || critical > total {
+            return Vec::new();
+        }
+        vec![
+            Self {
+                priority: 0,
+                shutdown_grace_period_seconds: total - critical,
+            },
+            Self {
+                priority: SYSTEM_CRITICAL_PRIORITY,
+                shutdown_grace_period_seconds: critical,
+            },
+        ]
+    }
+
+    /// How long a whole shutdown may take: the sum of the bands.
+    pub fn total(bands: &[Self]) -> u64 {
+        bands.iter().map(|b| b.shutdown_grace_period_seconds).sum()
+    }
 }
 
 /// The control plane to join.
@@ -106,6 +150,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn two_shutdown_phases_become_priority_bands() {
+        let band = |priority, shutdown_grace_period_seconds| ShutdownGracePeriod {
+            priority,
+            shutdown_grace_period_seconds,
+        };
+        // SEEDS-SPEC NODE-68's example: 30 s with 10 s for critical pods gives 20 s + 10 s.
+        let bands = ShutdownGracePeriod::two_phases(30, 10);
+        assert_eq!(bands, vec![band(0, 20), band(SYSTEM_CRITICAL_PRIORITY, 10)]);
+        assert_eq!(ShutdownGracePeriod::total(&bands), 30);
+        assert_eq!(
+            ShutdownGracePeriod::two_phases(30, 0),
+            vec![band(0, 30), band(SYSTEM_CRITICAL_PRIORITY, 0)]
+        );
+        assert_eq!(
+            ShutdownGracePeriod::two_phases(10, 10),
+            vec![band(0, 0), band(SYSTEM_CRITICAL_PRIORITY, 10)]
+        );
+        assert_eq!(ShutdownGracePeriod::two_phases(0, 0), vec![]);
+        assert_eq!(ShutdownGracePeriod::two_phases(10, 20), vec![]);
+    }
+
+    #[test]
     fn written_settings_read_back_and_are_private() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("run/agent.json");
@@ -120,6 +186,10 @@ mod tests {
                 kubelet_endpoint: None,
             }),
             insecure_registries: vec!["10.0.2.101:5000".into()],
+            shutdown_grace_period_by_pod_priority: vec![ShutdownGracePeriod {
+                priority: 0,
+                shutdown_grace_period_seconds: 20,
+            }],
         };
         s.write(&path).expect("write");
         assert_eq!(AgentSettings::read(&path).expect("read"), Some(s));

@@ -8,6 +8,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use agent::settings::ShutdownGracePeriod;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,6 +85,66 @@ pub struct MachineConfigDoc {
     pub registries: RegistriesConfigDoc,
     #[serde(default)]
     pub storage: StorageConfigDoc,
+    #[serde(default)]
+    pub node_shutdown: NodeShutdownDoc,
+}
+
+/// Graceful node shutdown: the kubelet's `shutdownGracePeriod`,
+/// `shutdownGracePeriodCriticalPods` and `shutdownGracePeriodByPodPriority`, in seconds. All
+/// zero (the default, as upstream): off, pods are not stopped before the machine goes down.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeShutdownDoc {
+    #[serde(default)]
+    pub grace_period_seconds: u64,
+    #[serde(default)]
+    pub critical_pods_grace_period_seconds: u64,
+    #[serde(default)]
+    pub by_pod_priority: Vec<ShutdownGracePeriod>,
+}
+
+/// The longest graceful node shutdown the config accepts (all bands together).
+pub const MAX_NODE_SHUTDOWN_SECONDS: u64 = 3600;
+
+/// `nodeShutdown` as priority bands, sorted by priority (empty: off).
+fn node_shutdown(doc: NodeShutdownDoc) -> Result<Vec<ShutdownGracePeriod>, ConfigError> {
+    let field = "nodeShutdown";
+    let two = doc.grace_period_seconds != 0 || doc.critical_pods_grace_period_seconds != 0;
+    if two && !doc.by_pod_priority.is_empty() {
+        return Err(invalid(
+            field,
+            "byPodPriority cannot be used with gracePeriodSeconds or criticalPodsGracePeriodSeconds",
+        ));
+    }
+    if doc.critical_pods_grace_period_seconds > doc.grace_period_seconds {
+        return Err(invalid(
+            field,
+            "criticalPodsGracePeriodSeconds must not exceed gracePeriodSeconds",
+        ));
+    }
+    let mut bands = if two {
+        ShutdownGracePeriod::two_phases(doc.grace_period_seconds, doc.critical_pods_grace_period_seconds)
+    } else {
+        doc.by_pod_priority
+    };
+    bands.sort();
+    if let Some(w) = bands.windows(2).find(|w| w[0].priority == w[1].priority) {
+        return Err(invalid(
+            "nodeShutdown.byPodPriority",
+            format!("priority {} is listed twice", w[0].priority),
+        ));
+    }
+    if bands
+        .iter()
+        .try_fold(0u64, |sum, b| sum.checked_add(b.shutdown_grace_period_seconds))
+        .is_none_or(|sum| sum > MAX_NODE_SHUTDOWN_SECONDS)
+    {
+        return Err(invalid(
+            field,
+            format!("the grace periods add up to more than {MAX_NODE_SHUTDOWN_SECONDS} seconds"),
+        ));
+    }
+    Ok(bands)
 }
 
 /// Node-local storage.
@@ -235,6 +296,8 @@ pub struct MachineConfig {
     pub insecure_registries: Vec<String>,
     /// The ephemeral storage's tmpfs `size=` option.
     pub ephemeral_size: String,
+    /// Graceful node shutdown's priority bands (empty: off).
+    pub node_shutdown: Vec<ShutdownGracePeriod>,
 }
 
 /// A validated interface setting.
@@ -267,6 +330,7 @@ impl Default for MachineConfig {
             control_plane: None,
             insecure_registries: Vec::new(),
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
+            node_shutdown: Vec::new(),
         }
     }
 }
@@ -475,7 +539,9 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
             .as_deref()
             .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
     )?;
+    let node_shutdown = node_shutdown(doc.node_shutdown)?;
     Ok(MachineConfig {
+        node_shutdown,
         ephemeral_size,
         control_plane,
         hostname: doc.hostname,
@@ -600,6 +666,57 @@ mod tests {
                 err.starts_with("invalid field storage.ephemeralSize") || size == "2048",
                 "{size}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn node_shutdown_bands() {
+        let with = |section: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","nodeShutdown":{section}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").node_shutdown)
+        };
+        let band = |priority, shutdown_grace_period_seconds| ShutdownGracePeriod {
+            priority,
+            shutdown_grace_period_seconds,
+        };
+        let doc = br#"{"apiVersion":"nodeos/v1alpha1"}"#;
+        let default = load(Some(doc), "").expect("valid").expect("present");
+        assert_eq!(default.node_shutdown, vec![], "off unless configured");
+        assert_eq!(with("{}").expect("valid"), vec![]);
+        assert_eq!(
+            with(r#"{"gracePeriodSeconds":30,"criticalPodsGracePeriodSeconds":10}"#).expect("valid"),
+            vec![band(0, 20), band(2_000_000_000, 10)]
+        );
+        // Given out of order; kept sorted by priority.
+        assert_eq!(
+            with(
+                r#"{"byPodPriority":[{"priority":100000,"shutdownGracePeriodSeconds":10},
+                    {"priority":0,"shutdownGracePeriodSeconds":60},
+                    {"priority":10000,"shutdownGracePeriodSeconds":180}]}"#
+            )
+            .expect("valid"),
+            vec![band(0, 60), band(10000, 180), band(100000, 10)]
+        );
+        for (section, why) in [
+            (
+                r#"{"gracePeriodSeconds":10,"criticalPodsGracePeriodSeconds":20}"#,
+                "must not exceed",
+            ),
+            (
+                r#"{"gracePeriodSeconds":10,"byPodPriority":[{"priority":0,"shutdownGracePeriodSeconds":5}]}"#,
+                "cannot be used with",
+            ),
+            (
+                r#"{"byPodPriority":[{"priority":0,"shutdownGracePeriodSeconds":5},{"priority":0,"shutdownGracePeriodSeconds":6}]}"#,
+                "priority 0 is listed twice",
+            ),
+            (r#"{"gracePeriodSeconds":3601}"#, "more than 3600 seconds"),
+            (r#"{"gracePeriodSeconds":-1}"#, ""),
+            (r#"{"gracePeriod":"30s"}"#, "unknown field"),
+            (r#"{"byPodPriority":[{"priority":0}]}"#, "missing field"),
+        ] {
+            let err = with(section).expect_err(section).to_string();
+            assert!(err.contains(why), "{section}: {err}");
         }
     }
 

@@ -160,10 +160,19 @@ fn boot_and_supervise() -> Shutdown {
         OnReady::Reboot => Some(Shutdown::Reboot),
     };
     let action = sup.run(immediate);
+    // Graceful node shutdown first: the agent stops the pods through the runtime, which keeps
+    // running until the agent is done.
+    let pods_grace = agent::settings::ShutdownGracePeriod::total(&cfg.node_shutdown);
+    let agent_wait = Duration::from_secs(pods_grace) + AGENT_SHUTDOWN_SLACK;
+    tracing::info!(grace_s = pods_grace, "node shutdown: the agent stops the pods");
+    sup.stop_one("agent", agent::NODE_SHUTDOWN_SIGNAL, agent_wait);
     tracing::info!(action = ?action, grace_s = cfg.shutdown_grace_seconds, "stopping services");
     sup.stop_all(Duration::from_secs(u64::from(cfg.shutdown_grace_seconds)));
     action
 }
+
+/// What the agent gets beyond the pods' grace periods to report and exit at shutdown.
+const AGENT_SHUTDOWN_SLACK: Duration = Duration::from_secs(10);
 
 /// Writes the agent's settings ([`agent::settings::PATH`]).
 fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network::Configured]) {
@@ -177,6 +186,7 @@ fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network
             kubelet_endpoint: cp.kubelet_endpoint.map(|e| e.to_string()),
         }),
         insecure_registries: cfg.insecure_registries.clone(),
+        shutdown_grace_period_by_pod_priority: cfg.node_shutdown.clone(),
     };
     if let Err(e) = settings.write(Path::new(agent::settings::PATH)) {
         tracing::error!(error = %e, "cannot write the agent's settings");

@@ -361,16 +361,37 @@ impl Supervisor {
         };
     }
 
-    /// Orderly stop: SIGTERM to every service, wait up to `grace`, then SIGKILL everything left.
-    pub fn stop_all(&mut self, grace: Duration) {
+    /// Sends `signal` to the service `name` and waits up to `wait` for it to exit; it is not
+    /// restarted (a shutdown is under way). Returns whether it exited in time.
+    pub fn stop_one(&mut self, name: &str, signal: Signal, wait: Duration) -> bool {
         self.stopping = true;
-        for svc in &self.services {
-            if let ServiceState::Running { pid, .. } = svc.state {
-                let _ = kill(pid, Signal::SIGTERM);
-            }
+        let Some(pid) = self.services.iter().find_map(|s| match s.state {
+            ServiceState::Running { pid, .. } if s.spec.name == name => Some(pid),
+            _ => None,
+        }) else {
+            return true;
+        };
+        let _ = kill(pid, signal);
+        let running = |sup: &Self| {
+            sup.services
+                .iter()
+                .any(|s| matches!(s.state, ServiceState::Running { pid: p, .. } if p == pid))
+        };
+        let exited = self.wait_while(wait, running);
+        if !exited {
+            tracing::warn!(
+                service = name,
+                wait_ms = wait.as_millis() as u64,
+                "the service did not exit in time"
+            );
         }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && self.any_running() {
+        exited
+    }
+
+    /// Reaps children until `busy` is false or `wait` is over; returns whether `busy` ended.
+    fn wait_while(&mut self, wait: Duration, busy: impl Fn(&Self) -> bool) -> bool {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline && busy(self) {
             let left = deadline.saturating_duration_since(Instant::now());
             let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
             let _ = poll(
@@ -380,6 +401,18 @@ impl Supervisor {
             while let Ok(Some(_)) = self.signals.read_signal() {}
             self.reap();
         }
+        !busy(self)
+    }
+
+    /// Orderly stop: SIGTERM to every service, wait up to `grace`, then SIGKILL everything left.
+    pub fn stop_all(&mut self, grace: Duration) {
+        self.stopping = true;
+        for svc in &self.services {
+            if let ServiceState::Running { pid, .. } = svc.state {
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+        }
+        self.wait_while(grace, Self::any_running);
         let left: Vec<&str> = self
             .services
             .iter()

@@ -196,6 +196,9 @@ fn machine_config(cp_dir: &Path, name: &str, address: &str, agent_port: u16) -> 
             "kubeletEndpoint": format!("127.0.0.1:{agent_port}"),
         },
         "registries": {"insecure": [format!("{rip}:{rport}")]},
+        // `cluster node NAME poweroff` shows graceful node shutdown: 30 s for the pods, the
+        // last 10 of them for critical ones.
+        "nodeShutdown": {"gracePeriodSeconds": 30, "criticalPodsGracePeriodSeconds": 10},
     })
     .to_string())
 }

@@ -970,3 +970,127 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
     );
     Ok(())
 }
+
+/// Graceful node shutdown (SEEDS-SPEC NODE-68): with 25 s for the pods, 10 of them for
+/// critical ones, the ACPI power button makes the agent report the node NotReady ("node is
+/// shutting down"), reject a pod that arrives meanwhile (`NodeShutdown`), stop the regular pods
+/// first (each within the smaller of its own grace period and the band's 15 s: a container
+/// that ignores SIGTERM is killed at the band's end) and the critical pod after them; every
+/// stopped pod is Failed with reason `Terminated`, upstream's message and `DisruptionTarget`
+/// (`TerminationByKubelet`), and the machine powers off.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn graceful_node_shutdown_stops_pods_by_priority() -> Result<()> {
+    const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let mut f = VmFactory::new("node-shutdown")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "shutdown-node";
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    config["nodeShutdown"] =
+        serde_json::json!({"gracePeriodSeconds": 25, "criticalPodsGracePeriodSeconds": 10});
+    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(machine_config);
+    let mut vm = f.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    let image = guest_busybox();
+    // Exits on SIGTERM (a shell that traps it; sleeps are short so the trap runs soon).
+    let polite = "trap 'echo bye; exit 0' TERM; while true; do sleep 1; done";
+    let mut web = pod("web", node, &image, polite, "Always");
+    web["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(30);
+    // PID 1 of its namespace without a handler: SIGTERM does nothing, SIGKILL ends it.
+    let mut stubborn = pod("stubborn", node, &image, "while true; do sleep 1; done", "Always");
+    stubborn["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(60);
+    let mut critical = pod("critical", node, &image, polite, "Always");
+    critical["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(30);
+    critical["spec"]["priorityClassName"] = serde_json::json!("system-node-critical");
+    for p in [&web, &stubborn, &critical] {
+        cp.create(p)?;
+    }
+    for name in ["web", "stubborn", "critical"] {
+        cp.wait_for(&["pod", name], "{.status.phase}", |p| p == "Running", POD)?;
+    }
+    vm.qmp("system_powerdown", None)?;
+    vm.wait_for_line("init: power button pressed", BOOT)?;
+    cp.wait_for(
+        &["node", node],
+        "{.status.conditions[?(@.type==\"Ready\")].status}|{.status.conditions[?(@.type==\"Ready\")].reason}|{.status.conditions[?(@.type==\"Ready\")].message}",
+        |c| c == "False|KubeletNotReady|node is shutting down",
+        POD,
+    )?;
+    // The regular band lasts 15 s (the stubborn pod): a pod bound now is turned away.
+    cp.create(&pod("late", node, &image, "sleep 3600", "Always"))?;
+    cp.wait_for(
+        &["pod", "late"],
+        "{.status.phase}|{.status.reason}|{.status.message}",
+        |s| s == "Failed|NodeShutdown|Pod was rejected as the node is shutting down.",
+        POD,
+    )?;
+    let status = vm.wait_exit(BOOT)?;
+    let console = vm.console();
+    ensure!(
+        status.success() && console.contains("init: going down action=Poweroff"),
+        "no orderly poweroff ({status}):\n{}",
+        qemu_tests::vm::tail(&console, 60)
+    );
+    let bands: Vec<&str> = console
+        .lines()
+        .filter(|l| l.contains("node shutdown: stopping a priority band"))
+        .collect();
+    ensure!(
+        bands.len() == 2
+            && bands[0].contains("priority=0 ")
+            && bands[0].contains("pods=2")
+            && bands[1].contains("priority=2000000000 ")
+            && bands[1].contains("pods=1"),
+        "bands: {bands:#?}"
+    );
+    let state = |name: &str| -> Result<Vec<String>> {
+        let out = cp.kubectl(&[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase}|{.status.reason}|{.status.message}|{.status.conditions[?(@.type==\"DisruptionTarget\")].status}|{.status.conditions[?(@.type==\"DisruptionTarget\")].reason}|{.status.conditions[?(@.type==\"DisruptionTarget\")].message}|{.status.containerStatuses[0].state.terminated.exitCode}|{.status.containerStatuses[0].state.terminated.finishedAt}",
+        ])?;
+        Ok(out.split('|').map(str::to_string).collect())
+    };
+    let mut finished = std::collections::BTreeMap::new();
+    for (name, exit) in [("web", "0"), ("stubborn", "137"), ("critical", "0")] {
+        let s = state(name)?;
+        ensure!(
+            s.len() == 8
+                && s[..7]
+                    == [
+                        "Failed",
+                        "Terminated",
+                        MESSAGE,
+                        "True",
+                        "TerminationByKubelet",
+                        MESSAGE,
+                        exit
+                    ],
+            "{name}: {s:?}"
+        );
+        let at = chrono::DateTime::parse_from_rfc3339(&s[7])?;
+        finished.insert(name, at);
+    }
+    // The band's 15 s cap the stubborn pod's 60 s; the critical pod stops after the regular
+    // band, not with it.
+    let web_to_stubborn = finished["stubborn"] - finished["web"];
+    ensure!(
+        (10..=25).contains(&web_to_stubborn.num_seconds()),
+        "the stubborn pod was killed {web_to_stubborn} after the polite one: {finished:?}"
+    );
+    ensure!(
+        finished["critical"] >= finished["stubborn"],
+        "the critical pod stopped before the regular band ended: {finished:?}"
+    );
+    Ok(())
+}

@@ -20,6 +20,12 @@ use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, PodSpec};
 pub struct PodFailure {
     pub reason: &'static str,
     pub message: String,
+    /// The containers' grace period, when the node overrides the pod's own.
+    pub grace: Option<u64>,
+    /// Whether the pod gets the `DisruptionTarget` condition (reason `TerminationByKubelet`,
+    /// this message): node shutdown and node-pressure eviction, not deadlines or local-storage
+    /// limits (upstream passes no condition for those).
+    pub disruption: bool,
 }
 
 pub const DEADLINE_REASON: &str = "DeadlineExceeded";
@@ -40,6 +46,8 @@ pub fn deadline_failure(spec: &PodSpec, start: Option<SystemTime>, now: SystemTi
     (active_deadline(spec, start)? <= now).then(|| PodFailure {
         reason: DEADLINE_REASON,
         message: DEADLINE_MESSAGE.into(),
+        grace: None,
+        disruption: false,
     })
 }
 
@@ -90,9 +98,12 @@ fn canonical(text: &str) -> Option<String> {
 /// The eviction for a pod over a local-storage limit, if any.
 pub fn local_storage_failure(spec: &PodSpec, usage: &StorageUsage) -> Option<PodFailure> {
     let evicted = |message: String| {
+        // An evicted pod's containers get no grace beyond the minimum (the kubelet's override).
         Some(PodFailure {
             reason: EVICTED_REASON,
             message,
+            grace: Some(0),
+            disruption: false,
         })
     };
     for (name, limit) in sized_empty_dirs(spec) {

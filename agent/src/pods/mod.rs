@@ -8,7 +8,8 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! New pods pass node admission first (`admission.rs`). Not yet: service environment variables.
+//! New pods pass node admission first (`admission.rs`). When the node shuts down, the pods are
+//! stopped by priority band (`shutdown.rs`). Not yet: service environment variables.
 
 mod admission;
 mod backoff;
@@ -20,6 +21,7 @@ mod grpc;
 mod hooks;
 mod plan;
 mod probe;
+pub mod shutdown;
 mod status;
 mod volumes;
 mod worker;
@@ -34,8 +36,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+use crate::settings::ShutdownGracePeriod;
+use shutdown::NodeState;
 use worker::{Ctx, Snapshot, Worker, blocking, runtime};
 
 /// How often the runtime's state is listed (the kubelet's PLEG relists every second).
@@ -48,6 +52,8 @@ pub struct PodSettings {
     pub node_ip: Option<String>,
     /// Registries reached over plain HTTP.
     pub insecure_registries: Vec<String>,
+    /// Graceful node shutdown's priority bands (empty: off).
+    pub shutdown_bands: Vec<ShutdownGracePeriod>,
 }
 
 /// The runtime's sandboxes and containers (None when the runtime cannot be reached).
@@ -85,8 +91,16 @@ async fn pleg(tx: watch::Sender<Option<Arc<Snapshot>>>) {
     }
 }
 
-/// The pod workers by pod uid: the sender of the pod's latest version (None once it is gone).
-type Workers = BTreeMap<String, watch::Sender<Option<Arc<Pod>>>>;
+/// A pod's worker, as the pod loop reaches it.
+struct Handle {
+    /// The pod's latest version (None once it is gone).
+    pod: watch::Sender<Option<Arc<Pod>>>,
+    /// Node shutdown's request to stop the pod.
+    kill: mpsc::Sender<shutdown::Kill>,
+}
+
+/// The pod workers by pod uid.
+type Workers = BTreeMap<String, Handle>;
 
 /// Whether a pod is in a terminal phase.
 fn terminal(p: &Pod) -> bool {
@@ -103,6 +117,7 @@ async fn admit(
     ctx: &Ctx,
     snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
     workers: &Workers,
+    shutting_down: bool,
     pod: &mut Pod,
 ) {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -113,6 +128,13 @@ async fn admit(
     if runs || terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
         return;
     }
+    if shutting_down {
+        let r = admission::Rejection {
+            reason: shutdown::REJECT_REASON.into(),
+            message: shutdown::REJECT_MESSAGE.into(),
+        };
+        return reject(ctx, pod, r).await;
+    }
     let node = match ctx.node_object().await {
         Ok(n) => n,
         Err(e) => {
@@ -122,13 +144,18 @@ async fn admit(
     };
     let admitted: Vec<Arc<Pod>> = workers
         .values()
-        .filter_map(|tx| tx.borrow().clone())
+        .filter_map(|h| h.pod.borrow().clone())
         .filter(|p| !terminal(p) && p.metadata.uid.as_deref() != Some(uid.as_str()))
         .collect();
     let admitted: Vec<&Pod> = admitted.iter().map(Arc::as_ref).collect();
     let Err(r) = admission::admit(pod, &node, &admitted) else {
         return;
     };
+    reject(ctx, pod, r).await;
+}
+
+/// Writes a pod the node does not run `Failed` with the kubelet's reason and message.
+async fn reject(ctx: &Ctx, pod: &mut Pod, r: admission::Rejection) {
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
     tracing::warn!(pod = %format!("{ns}/{name}"), reason = %r.reason, message = %r.message, "pod rejected");
@@ -147,8 +174,9 @@ async fn admit(
     status.message = Some(r.message);
 }
 
-/// Runs this node's pods forever.
-pub async fn run(client: kube::Client, settings: PodSettings) {
+/// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
+/// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
+pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::Sender<NodeState>>) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         node: container::NodeFacts {
@@ -177,12 +205,26 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
     let mut listing: Option<BTreeSet<String>> = None;
     let mut listed_once = false;
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    let mut state_rx = state.subscribe();
+    let mut shutting_down = false;
+    if *state_rx.borrow_and_update() == NodeState::ShuttingDown {
+        // Asked before the pods were listed: nothing of this agent's runs yet.
+        shutting_down = true;
+        start_shutdown(&workers, &settings.shutdown_bands, state.clone());
+    }
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
             _ = sweep.tick() => {
                 if listed_once {
                     remove_orphans(&workers, &snap_rx).await;
+                }
+                continue;
+            }
+            changed = state_rx.changed(), if !shutting_down => {
+                if changed.is_ok() && *state_rx.borrow_and_update() == NodeState::ShuttingDown {
+                    shutting_down = true;
+                    start_shutdown(&workers, &settings.shutdown_bands, state.clone());
                 }
                 continue;
             }
@@ -197,21 +239,21 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
                 if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
                     seen.insert(uid);
                 }
-                apply(&mut workers, &ctx, &snap_rx, pod).await;
+                apply(&mut workers, &ctx, &snap_rx, shutting_down, pod).await;
             }
             Ok(watcher::Event::InitDone) => {
                 let seen = listing.take().unwrap_or_default();
-                for (uid, tx) in &workers {
+                for (uid, h) in &workers {
                     if !seen.contains(uid) {
-                        let _ = tx.send(None);
+                        let _ = h.pod.send(None);
                     }
                 }
                 listed_once = true;
             }
-            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, pod).await,
+            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, shutting_down, pod).await,
             Ok(watcher::Event::Delete(pod)) => {
-                if let Some(tx) = pod.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
-                    let _ = tx.send(None);
+                if let Some(h) = pod.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
+                    let _ = h.pod.send(None);
                 }
             }
             Err(e) => {
@@ -219,8 +261,31 @@ pub async fn run(client: kube::Client, settings: PodSettings) {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-        workers.retain(|_, tx| !tx.is_closed());
+        workers.retain(|_, h| !h.pod.is_closed());
     }
+}
+
+/// Starts node shutdown: the pods that still run are stopped by priority band in the
+/// background (the loop keeps taking pod changes, rejecting new pods); `state` becomes
+/// [`NodeState::PodsStopped`] when that is over.
+fn start_shutdown(workers: &Workers, bands: &[ShutdownGracePeriod], state: Arc<watch::Sender<NodeState>>) {
+    let targets: Vec<shutdown::Target> = workers
+        .values()
+        .filter_map(|h| {
+            let pod = h.pod.borrow().clone()?;
+            (!terminal(&pod)).then(|| shutdown::Target {
+                pod,
+                kill: h.kill.clone(),
+            })
+        })
+        .collect();
+    tracing::info!(pods = targets.len(), "node shutdown: stopping the pods");
+    let bands = bands.to_vec();
+    tokio::spawn(async move {
+        shutdown::stop_pods(&bands, targets).await;
+        tracing::info!("node shutdown: the pods are stopped");
+        state.send_replace(NodeState::PodsStopped);
+    });
 }
 
 /// Hands a pod's new version to its worker, starting one (after admission) for a new pod.
@@ -228,22 +293,30 @@ async fn apply(
     workers: &mut Workers,
     ctx: &Arc<Ctx>,
     snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
+    shutting_down: bool,
     mut pod: Pod,
 ) {
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };
-    if let Some(tx) = workers.get(&uid)
-        && !tx.is_closed()
+    if let Some(h) = workers.get(&uid)
+        && !h.pod.is_closed()
     {
-        let _ = tx.send(Some(Arc::new(pod)));
+        let _ = h.pod.send(Some(Arc::new(pod)));
         return;
     }
-    admit(ctx, snap_rx, workers, &mut pod).await;
+    admit(ctx, snap_rx, workers, shutting_down, &mut pod).await;
     let (tx, rx) = watch::channel(Some(Arc::new(pod)));
-    let w = Worker::new(ctx.clone(), uid.clone(), rx, snap_rx.clone());
+    let (kill_tx, kill_rx) = mpsc::channel(1);
+    let w = Worker::new(ctx.clone(), uid.clone(), rx, kill_rx, snap_rx.clone());
     tokio::spawn(w.run());
-    workers.insert(uid, tx);
+    workers.insert(
+        uid,
+        Handle {
+            pod: tx,
+            kill: kill_tx,
+        },
+    );
 }
 
 /// Removes sandboxes and volume directories whose pod has no worker (deleted while the agent

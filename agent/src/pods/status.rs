@@ -30,6 +30,11 @@ const OWNED: [&str; 4] = [
     "ContainersReady",
 ];
 
+/// The condition a pod the node stops on its own gets (node shutdown, node-pressure eviction),
+/// with this reason.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
+
 /// A time as the API keeps it (whole seconds).
 pub fn time(t: SystemTime) -> Time {
     let secs = t
@@ -391,6 +396,24 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
             .filter(|c| !OWNED.contains(&c.type_.as_str())),
     );
 
+    if let (Some(f), false) = (&obs.failed, was_terminal)
+        && f.disruption
+    {
+        let since = conditions
+            .iter()
+            .find(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
+            .and_then(|c| c.last_transition_time.clone());
+        conditions.retain(|c| c.type_ != DISRUPTION_TARGET);
+        conditions.push(PodCondition {
+            type_: DISRUPTION_TARGET.into(),
+            status: "True".into(),
+            reason: Some(TERMINATION_BY_KUBELET.into()),
+            message: Some(f.message.clone()),
+            last_transition_time: since.or_else(|| Some(time(now))),
+            ..PodCondition::default()
+        });
+    }
+
     let mut status = old;
     if let (Some(f), false) = (&obs.failed, was_terminal) {
         status.reason = Some(f.reason.into());
@@ -637,6 +660,94 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_stopped_for_node_shutdown_is_a_disruption_target() {
+        use crate::pods::eviction::PodFailure;
+        use crate::pods::shutdown::{MESSAGE, REASON};
+        let mut p = pod(spec("Always", &[], &["main"]));
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let mut obs = observed(sandbox(true), &[("main", exited(143, 150))]);
+        obs.failed = Some(PodFailure {
+            reason: REASON,
+            message: MESSAGE.into(),
+            grace: Some(20),
+            disruption: true,
+        });
+        let s = pod_status(&p, &obs, None, at(160));
+        assert_eq!(
+            (s.phase.as_deref(), s.reason.as_deref(), s.message.as_deref()),
+            (
+                Some("Failed"),
+                Some("Terminated"),
+                Some("Pod was terminated in response to imminent node shutdown.")
+            )
+        );
+        let conditions = s.conditions.clone().unwrap_or_default();
+        let target = conditions
+            .iter()
+            .find(|c| c.type_ == DISRUPTION_TARGET)
+            .expect("DisruptionTarget");
+        assert_eq!(
+            (
+                target.status.as_str(),
+                target.reason.as_deref(),
+                target.message.as_deref(),
+                target.last_transition_time.clone()
+            ),
+            (
+                "True",
+                Some("TerminationByKubelet"),
+                Some(MESSAGE),
+                Some(time(at(160)))
+            )
+        );
+        assert!(
+            conditions.iter().any(|c| c.type_ == "PodScheduled"),
+            "kept: {conditions:?}"
+        );
+        // Once written, a later round (the agent restarted and forgot why) keeps it as it is.
+        p.status = Some(s.clone());
+        let later = pod_status(
+            &p,
+            &observed(sandbox(false), &[("main", exited(143, 150))]),
+            None,
+            at(300),
+        );
+        let target_of = |s: &PodStatus| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == DISRUPTION_TARGET)
+                .cloned()
+        };
+        assert_eq!(target_of(&later), Some(target.clone()));
+        assert_eq!(later.reason.as_deref(), Some(REASON));
+        // A deadline is not a disruption.
+        let mut deadline = obs.clone();
+        deadline.failed = Some(PodFailure {
+            reason: "DeadlineExceeded",
+            message: "past".into(),
+            grace: None,
+            disruption: false,
+        });
+        let d = pod_status(&pod(spec("Always", &[], &["main"])), &deadline, None, at(160));
+        assert!(
+            !d.conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == DISRUPTION_TARGET),
+            "a deadline adds no DisruptionTarget"
+        );
+    }
+
+    #[test]
     fn a_pod_the_node_failed_is_failed_with_its_reason() {
         use crate::pods::eviction::{DEADLINE_MESSAGE, DEADLINE_REASON, PodFailure};
         let mut p = pod(spec("Always", &[], &["main"]));
@@ -644,6 +755,8 @@ mod tests {
         obs.failed = Some(PodFailure {
             reason: DEADLINE_REASON,
             message: DEADLINE_MESSAGE.into(),
+            grace: None,
+            disruption: false,
         });
         let s = pod_status(&p, &obs, None, at(100));
         assert_eq!(

@@ -17,16 +17,17 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use runtime_api::{Client, ClientError, ContainerConfig, ContainerStatus, SandboxStatus, State};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
 use super::env::{self, EnvError, Source};
 use super::events::{self, Event};
-use super::eviction;
+use super::eviction::{self, PodFailure};
 use super::hooks::{self, Hook};
 use super::plan::{self, Failure, Instance, Observed, Run, Sandbox, Step, Terminated};
 use super::probe::{self, Kind, Prober, Timing};
+use super::shutdown;
 use super::status::{self, pod_label};
 use super::volumes::{self, MountError, TokenWanted, VolumeError};
 
@@ -170,6 +171,8 @@ pub struct Worker {
     ctx: Arc<Ctx>,
     uid: String,
     pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+    /// Node shutdown's request to stop the pod.
+    kill_rx: mpsc::Receiver<shutdown::Kill>,
     snap_rx: watch::Receiver<Option<Arc<Snapshot>>>,
     obs: Observed,
     /// When `obs` last changed from a runtime reply (older snapshots do not overwrite it).
@@ -197,12 +200,14 @@ impl Worker {
         ctx: Arc<Ctx>,
         uid: String,
         pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+        kill_rx: mpsc::Receiver<shutdown::Kill>,
         snap_rx: watch::Receiver<Option<Arc<Snapshot>>>,
     ) -> Self {
         Worker {
             ctx,
             uid,
             pod_rx,
+            kill_rx,
             snap_rx,
             obs: Observed::default(),
             replied: Instant::now(),
@@ -269,6 +274,11 @@ impl Worker {
                 }
                 _ = self.snap_rx.changed() => {}
                 () = sleep => {}
+                Some(kill) = self.kill_rx.recv() => {
+                    let span = self.span(&pod);
+                    tracing::Instrument::instrument(self.kill(&pod, kill.failure), span).await;
+                    let _ = kill.done.send(());
+                }
             }
         }
     }
@@ -295,7 +305,11 @@ impl Worker {
             tracing::debug!(error = %e, "volume refresh failed");
         }
         if terminal {
-            self.stop_running(pod).await;
+            // Written once its containers are stopped: a pod is never reported terminal while
+            // it may still run (the kubelet's mergePodStatus).
+            if self.stop_running(pod).await {
+                st = status::pod_status(pod, &self.obs, node_ip.as_deref(), SystemTime::now());
+            }
         } else if let Some(spec) = pod.spec.as_ref() {
             let p = plan::plan(spec, &self.obs, now);
             if let Some(at) = p.wake {
@@ -318,6 +332,22 @@ impl Worker {
         }
         self.write_status(pod, st).await;
         wake
+    }
+
+    /// Fails and stops the pod on the node's own account (node shutdown): its containers get
+    /// the failure's grace period, then the pod is written `Failed`.
+    async fn kill(&mut self, pod: &Pod, failure: PodFailure) {
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if terminal || self.obs.failed.is_some() {
+            // Ended already, or being stopped for another reason.
+            return;
+        }
+        tracing::info!(reason = failure.reason, grace_s = ?failure.grace, "the node stops the pod");
+        self.obs.failed = Some(failure);
+        self.sync(pod).await;
     }
 
     /// Fails the pod when the node must: past its `activeDeadlineSeconds`, or over a
@@ -1005,18 +1035,21 @@ impl Worker {
         }
     }
 
-    /// Stops containers that still run (a terminal pod's sidecars, a lost Never pod).
-    async fn stop_running(&mut self, pod: &Pod) {
+    /// Stops containers that still run (a terminal pod's sidecars, a lost Never pod, a pod the
+    /// node fails); returns whether there were any.
+    async fn stop_running(&mut self, pod: &Pod) -> bool {
         let running = self.obs.running();
         if running.is_empty() {
-            return;
+            return false;
         }
-        // An evicted pod's containers get no grace beyond the minimum (the kubelet's override).
-        let grace = match &self.obs.failed {
-            Some(f) if f.reason == eviction::EVICTED_REASON => 0,
-            _ => pod_grace(pod),
-        };
+        let grace = self
+            .obs
+            .failed
+            .as_ref()
+            .and_then(|f| f.grace)
+            .unwrap_or_else(|| pod_grace(pod));
         self.stop(pod, running, grace).await;
+        true
     }
 
     /// Stops `containers` (name, id) in parallel within `grace` seconds (at least 2: NODE-31).
