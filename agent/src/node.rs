@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use transport::kubeapi::{Credentials, KubeClientError};
 
+use crate::pods::pressure::{Pressure, Signal, Thresholds};
 use crate::pods::shutdown::NodeState;
 use crate::settings::{AgentSettings, ControlPlane};
 
@@ -216,42 +217,81 @@ fn memory_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// The node's conditions at `now`; Ready is False while the node shuts down (the kubelet's
-/// shutdown manager reports "node is shutting down" through the Ready condition).
-fn conditions(now: &str, shutting_down: bool) -> Value {
-    let c = |t: &str, s: &str, reason: &str, message: &str| {
-        json!({"type": t, "status": s, "reason": reason, "message": message,
-               "lastHeartbeatTime": now, "lastTransitionTime": now})
+/// What the node's conditions say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Health {
+    pub pressure: Pressure,
+    pub shutting_down: bool,
+}
+
+/// When each condition last changed status (type → (status, RFC 3339 time)).
+pub type Transitions = std::collections::BTreeMap<&'static str, (&'static str, String)>;
+
+/// The node's conditions at `now` (the kubelet's setters): the pressure conditions from the
+/// eviction manager; Ready is False while the node shuts down ("node is shutting down").
+/// `since` keeps each condition's last transition time across calls.
+fn conditions(now: &str, health: Health, since: &mut Transitions) -> Value {
+    let mut c = |t: &'static str, ok: bool, good: [&str; 3], bad: [&str; 3]| {
+        let [status, reason, message] = if ok { good } else { bad };
+        let status: &'static str = if status == "True" { "True" } else { "False" };
+        let changed = match since.get(t) {
+            Some((s, at)) if *s == status => at.clone(),
+            _ => now.to_string(),
+        };
+        since.insert(t, (status, changed.clone()));
+        json!({"type": t, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": now, "lastTransitionTime": changed})
     };
+    let p = health.pressure;
     json!([
         c(
             "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available"
+            !p.memory,
+            [
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available"
+            ],
+            [
+                "True",
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available"
+            ],
         ),
         c(
             "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure"
+            !p.disk,
+            [
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure"
+            ],
+            ["True", "KubeletHasDiskPressure", "kubelet has disk pressure"],
         ),
         c(
             "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available"
+            true,
+            [
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available"
+            ],
+            [
+                "True",
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available"
+            ],
         ),
-        if shutting_down {
-            c(
-                "Ready",
+        c(
+            "Ready",
+            !health.shutting_down,
+            ["True", "KubeletReady", "kubelet is posting ready status"],
+            [
                 "False",
                 "KubeletNotReady",
-                crate::pods::shutdown::NODE_NOT_READY_MESSAGE,
-            )
-        } else {
-            c("Ready", "True", "KubeletReady", "kubelet is posting ready status")
-        },
+                crate::pods::shutdown::NODE_NOT_READY_MESSAGE
+            ],
+        ),
     ])
 }
 
@@ -269,7 +309,7 @@ fn ephemeral_capacity() -> Option<u64> {
 }
 
 /// The Node object this machine registers.
-pub fn node_object(name: &str, ip: Option<&str>) -> Value {
+pub fn node_object(name: &str, ip: Option<&str>, thresholds: &Thresholds) -> Value {
     let now = kcore::time::rfc3339(SystemTime::now());
     let cpus = cpu_capacity();
     let mem = memory_kib();
@@ -279,11 +319,16 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
     }
     let version = env!("CARGO_PKG_VERSION");
     let mut capacity = json!({ "cpu": cpus.to_string(), "memory": format!("{mem}Ki"), "pods": "110" });
-    let mut allocatable = json!({ "cpu": cpus.to_string(), "memory": format!("{}Ki", kcore::allocatable::allocatable_memory(mem * 1024) / 1024), "pods": "110" });
+    let memory = kcore::allocatable::allocatable_memory(
+        mem * 1024,
+        thresholds.reserved(Signal::MemoryAvailable, mem * 1024),
+    );
+    let mut allocatable =
+        json!({ "cpu": cpus.to_string(), "memory": format!("{}Ki", memory / 1024), "pods": "110" });
     if let Some(bytes) = ephemeral_capacity() {
         capacity["ephemeral-storage"] = json!(bytes.to_string());
-        allocatable["ephemeral-storage"] =
-            json!(kcore::allocatable::allocatable_ephemeral(bytes).to_string());
+        let reserved = thresholds.reserved(Signal::NodefsAvailable, bytes);
+        allocatable["ephemeral-storage"] = json!(bytes.saturating_sub(reserved).to_string());
     }
     json!({
         "apiVersion": "v1",
@@ -300,7 +345,7 @@ pub fn node_object(name: &str, ip: Option<&str>) -> Value {
             "capacity": capacity,
             "allocatable": allocatable,
             "addresses": addresses,
-            "conditions": conditions(&now, false),
+            "conditions": conditions(&now, Health::default(), &mut Transitions::new()),
             "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
             "nodeInfo": {
                 "machineID": read_trim("/etc/machine-id"),
@@ -324,8 +369,9 @@ pub async fn register(
     name: &str,
     ip: Option<&str>,
     kubelet_endpoint: Option<&str>,
+    thresholds: &Thresholds,
 ) -> Result<(), JoinError> {
-    let mut node = node_object(name, ip);
+    let mut node = node_object(name, ip, thresholds);
     if let Some(e) = kubelet_endpoint {
         node["metadata"]["annotations"] = json!({ KUBELET_ENDPOINT_ANNOTATION: e });
     }
@@ -381,15 +427,16 @@ async fn patch_status(client: &kube::Client, name: &str, patch: Value) -> Result
     Ok(())
 }
 
-/// Updates the Ready heartbeat.
-pub async fn post_status(client: &kube::Client, name: &str, shutting_down: bool) -> Result<(), JoinError> {
+/// Updates the conditions (the Ready heartbeat).
+pub async fn post_status(
+    client: &kube::Client,
+    name: &str,
+    health: Health,
+    since: &mut Transitions,
+) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339(SystemTime::now());
-    patch_status(
-        client,
-        name,
-        json!({ "status": { "conditions": conditions(&now, shutting_down) } }),
-    )
-    .await
+    let conditions = conditions(&now, health, since);
+    patch_status(client, name, json!({ "status": { "conditions": conditions } })).await
 }
 
 /// How long the agent waits for the control plane to give its Node a pod CIDR.
@@ -444,6 +491,10 @@ pub async fn run(
         return;
     };
     let name = settings.node_name.clone();
+    let thresholds = settings.thresholds().unwrap_or_else(|e| {
+        tracing::error!(error = %e, "bad eviction thresholds; using the defaults");
+        Thresholds::default()
+    });
     let mut delay = Duration::from_secs(1);
     let client = loop {
         let joined = async {
@@ -463,6 +514,7 @@ pub async fn run(
                 &name,
                 settings.node_ip.as_deref(),
                 cp.kubelet_endpoint.as_deref(),
+                &thresholds,
             )
             .await?;
             renew_lease(&client, &name).await?;
@@ -486,6 +538,7 @@ pub async fn run(
         state_dir.clone(),
         serving_cert,
     ));
+    let pressure = std::sync::Arc::new(tokio::sync::watch::channel(Pressure::default()).0);
     let pods = crate::pods::run(
         client.clone(),
         crate::pods::PodSettings {
@@ -493,8 +546,10 @@ pub async fn run(
             node_ip: settings.node_ip.clone(),
             insecure_registries: settings.insecure_registries.clone(),
             shutdown_bands: settings.shutdown_grace_period_by_pod_priority.clone(),
+            thresholds,
         },
         state.clone(),
+        pressure.clone(),
     );
     let (cidr_client, cidr_node) = (client.clone(), name.clone());
     tokio::spawn(async move {
@@ -506,16 +561,27 @@ pub async fn run(
     let mut status = tokio::time::interval(STATUS_UPDATE);
     let mut renewed = 0u64;
     let mut state_rx = state.subscribe();
-    let mut shutting_down = *state_rx.borrow_and_update() != NodeState::Running;
+    let mut pressure_rx = pressure.subscribe();
+    let mut health = Health {
+        pressure: *pressure_rx.borrow_and_update(),
+        shutting_down: *state_rx.borrow_and_update() != NodeState::Running,
+    };
+    let mut since = Transitions::new();
     loop {
         tokio::select! {
-            changed = state_rx.changed(), if !shutting_down => {
-                shutting_down = changed.is_err() || *state_rx.borrow_and_update() != NodeState::Running;
-                if shutting_down {
+            changed = state_rx.changed(), if !health.shutting_down => {
+                health.shutting_down = changed.is_err() || *state_rx.borrow_and_update() != NodeState::Running;
+                if health.shutting_down {
                     tracing::info!(node = %name, "node shutdown: reporting the node NotReady");
-                    if let Err(e) = post_status(&client, &name, true).await {
+                    if let Err(e) = post_status(&client, &name, health, &mut since).await {
                         tracing::warn!(error = %e, "node status update failed");
                     }
+                }
+            }
+            Ok(()) = pressure_rx.changed() => {
+                health.pressure = *pressure_rx.borrow_and_update();
+                if let Err(e) = post_status(&client, &name, health, &mut since).await {
+                    tracing::warn!(error = %e, "node status update failed");
                 }
             }
             _ = lease.tick() => match renew_lease(&client, &name).await {
@@ -528,7 +594,7 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
             },
             _ = status.tick() => {
-                if let Err(e) = post_status(&client, &name, shutting_down).await {
+                if let Err(e) = post_status(&client, &name, health, &mut since).await {
                     tracing::warn!(error = %e, "node status update failed");
                 }
             }

@@ -25,6 +25,10 @@ pub struct AgentSettings {
     /// Graceful node shutdown (docs/SEEDS-SPEC.md NODE-68); empty: off, as upstream's default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGracePeriod>,
+    /// Hard eviction thresholds (signal → quantity or percentage); None: the kubelet's
+    /// defaults (docs/SEEDS-SPEC.md NODE-46).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// How long the pods of one priority band get when the node shuts down: the kubelet's
@@ -37,9 +41,7 @@ pub struct ShutdownGracePeriod {
     pub shutdown_grace_period_seconds: u64,
 }
 
-/// The priority from which pods are critical (upstream's `scheduling.SystemCriticalPriority`,
-/// the value of `system-cluster-critical`).
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub use kcore::qos::SYSTEM_CRITICAL_PRIORITY;
 
 impl ShutdownGracePeriod {
     /// The kubelet's `shutdownGracePeriod` and `shutdownGracePeriodCriticalPods` as priority
@@ -101,6 +103,16 @@ pub enum SettingsError {
 }
 
 impl AgentSettings {
+    /// The node's hard eviction thresholds: the configured ones, or the kubelet's defaults.
+    pub fn thresholds(
+        &self,
+    ) -> Result<crate::pods::pressure::Thresholds, crate::pods::pressure::ThresholdError> {
+        match &self.eviction_hard {
+            Some(map) => crate::pods::pressure::Thresholds::parse(map),
+            None => Ok(crate::pods::pressure::Thresholds::default()),
+        }
+    }
+
     /// Writes the settings to `path` (mode 0600), creating its directory.
     pub fn write(&self, path: &Path) -> Result<(), SettingsError> {
         let io = |source| SettingsError::Io {
@@ -190,6 +202,7 @@ mod tests {
                 priority: 0,
                 shutdown_grace_period_seconds: 20,
             }],
+            eviction_hard: Some([("memory.available".to_string(), "200Mi".to_string())].into()),
         };
         s.write(&path).expect("write");
         assert_eq!(AgentSettings::read(&path).expect("read"), Some(s));

@@ -87,6 +87,9 @@ pub struct MachineConfigDoc {
     pub storage: StorageConfigDoc,
     #[serde(default)]
     pub node_shutdown: NodeShutdownDoc,
+    /// The kubelet's `evictionHard` (signal → `<quantity>` or `<N>%`); absent: its defaults.
+    #[serde(default)]
+    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Graceful node shutdown: the kubelet's `shutdownGracePeriod`,
@@ -298,6 +301,8 @@ pub struct MachineConfig {
     pub ephemeral_size: String,
     /// Graceful node shutdown's priority bands (empty: off).
     pub node_shutdown: Vec<ShutdownGracePeriod>,
+    /// Hard eviction thresholds as written (validated); None: the kubelet's defaults.
+    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A validated interface setting.
@@ -331,6 +336,7 @@ impl Default for MachineConfig {
             insecure_registries: Vec::new(),
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
             node_shutdown: Vec::new(),
+            eviction_hard: None,
         }
     }
 }
@@ -540,7 +546,11 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
             .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
     )?;
     let node_shutdown = node_shutdown(doc.node_shutdown)?;
+    if let Some(map) = &doc.eviction_hard {
+        agent::pods::pressure::Thresholds::parse(map).map_err(|e| invalid("evictionHard", e.to_string()))?;
+    }
     Ok(MachineConfig {
+        eviction_hard: doc.eviction_hard,
         node_shutdown,
         ephemeral_size,
         control_plane,
@@ -666,6 +676,44 @@ mod tests {
                 err.starts_with("invalid field storage.ephemeralSize") || size == "2048",
                 "{size}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn eviction_thresholds() {
+        let with = |map: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","evictionHard":{map}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").eviction_hard)
+        };
+        let doc = br#"{"apiVersion":"nodeos/v1alpha1"}"#;
+        assert_eq!(
+            load(Some(doc), "")
+                .expect("valid")
+                .expect("present")
+                .eviction_hard,
+            None
+        );
+        let given = with(r#"{"memory.available":"600Mi","nodefs.available":"7.5%"}"#).expect("valid");
+        assert_eq!(
+            given.map(|m| m.into_iter().collect::<Vec<_>>()),
+            Some(vec![
+                ("memory.available".to_string(), "600Mi".to_string()),
+                ("nodefs.available".to_string(), "7.5%".to_string())
+            ])
+        );
+        for (map, why) in [
+            (
+                r#"{"imagefs.available":"15%"}"#,
+                "unsupported eviction signal \"imagefs.available\"",
+            ),
+            (r#"{"memory.free":"1Mi"}"#, "unsupported eviction signal"),
+            (r#"{"memory.available":"lots"}"#, "not a quantity or a percentage"),
+            (r#"{"nodefs.available":"120%"}"#, "not a quantity or a percentage"),
+            (r#"{"nodefs.available":"-1%"}"#, "not a quantity or a percentage"),
+            (r#"{"memory.available":5}"#, ""),
+        ] {
+            let err = with(map).expect_err(map).to_string();
+            assert!(err.contains(why), "{map}: {err}");
         }
     }
 

@@ -3,15 +3,16 @@
 //! numbers.
 //!
 //! - `allocatable.memory` = capacity − system-reserved − the hard eviction threshold
-//!   (`memory.available<100Mi`, the kubelet's default);
+//!   (`memory.available`, by default 100Mi as the kubelet's; the agent passes the configured
+//!   one);
 //! - kubepods `memory.max` = capacity − system-reserved (the threshold is *not* subtracted:
 //!   it is the window in which eviction acts before the kernel's OOM killer);
 //! - kubepods `pids.max` = the kernel's `pid_max` − the process IDs reserved for the system, so
 //!   a fork bomb in pods cannot take the last PIDs PID 1, the agent and the runtime need.
 //!
 //! - `allocatable.ephemeral-storage` = capacity − the hard eviction threshold
-//!   (`nodefs.available<10%`, the kubelet's default), the capacity being the size of the file
-//!   system at [`EPHEMERAL_ROOT`].
+//!   (`nodefs.available`, by default 10 %), the capacity being the size of the file system at
+//!   [`EPHEMERAL_ROOT`] (the agent computes it from its thresholds).
 //!
 //! The upstream kubelet reserves nothing unless told to (`--system-reserved`); this node's own
 //! userspace is small and fixed, so it reserves a fixed amount for it by default.
@@ -20,6 +21,8 @@
 pub const SYSTEM_RESERVED_MEMORY: u64 = 64 << 20;
 /// The kubelet's default hard eviction threshold for `memory.available`.
 pub const EVICTION_HARD_MEMORY: u64 = 100 << 20;
+/// The kubelet's default hard eviction threshold for `nodefs.available`, in percent.
+pub const EVICTION_HARD_NODEFS_PERCENT: f64 = 10.0;
 /// Process IDs reserved for the node's own processes.
 pub const SYSTEM_RESERVED_PIDS: u64 = 1024;
 
@@ -27,20 +30,10 @@ pub const SYSTEM_RESERVED_PIDS: u64 = 1024;
 /// holding containers' writable layers, their logs and pods' volumes, so that what pods write
 /// is bounded and never fills the file systems the node's own services use.
 pub const EPHEMERAL_ROOT: &str = "/var/lib/nodeos/ephemeral";
-/// The kubelet's default hard eviction threshold for `nodefs.available`, in percent.
-pub const EVICTION_HARD_NODEFS_PERCENT: u64 = 10;
-
-/// `status.allocatable.ephemeral-storage` (bytes) of a node whose ephemeral storage holds
-/// `capacity` bytes.
-pub fn allocatable_ephemeral(capacity: u64) -> u64 {
-    capacity
-        - capacity / 100 * EVICTION_HARD_NODEFS_PERCENT
-        - capacity % 100 * EVICTION_HARD_NODEFS_PERCENT / 100
-}
-
-/// `status.allocatable.memory` (bytes) of a node with `capacity` bytes.
-pub fn allocatable_memory(capacity: u64) -> u64 {
-    capacity.saturating_sub(SYSTEM_RESERVED_MEMORY + EVICTION_HARD_MEMORY)
+/// `status.allocatable.memory` (bytes) of a node with `capacity` bytes whose hard
+/// `memory.available` eviction threshold is `eviction_threshold` bytes.
+pub fn allocatable_memory(capacity: u64, eviction_threshold: u64) -> u64 {
+    capacity.saturating_sub(SYSTEM_RESERVED_MEMORY + eviction_threshold)
 }
 
 /// `memory.max` of `kubepods.slice` (bytes) on a node with `capacity` bytes.
@@ -67,19 +60,13 @@ mod tests {
             (100 * MI, 0, 36 * MI),
             (0, 0, 0),
         ] {
-            assert_eq!(allocatable_memory(capacity), allocatable, "{capacity}");
+            let threshold = EVICTION_HARD_MEMORY;
+            assert_eq!(allocatable_memory(capacity, threshold), allocatable, "{capacity}");
             assert_eq!(kubepods_memory_max(capacity), kubepods, "{capacity}");
-            assert!(kubepods_memory_max(capacity) >= allocatable_memory(capacity));
+            assert!(kubepods_memory_max(capacity) >= allocatable_memory(capacity, threshold));
         }
-        for (capacity, allocatable) in [
-            (1 << 30, 966_367_642),
-            (1000, 900),
-            (9, 9),
-            (0, 0),
-            (u64::MAX, 16_602_069_666_338_596_454),
-        ] {
-            assert_eq!(allocatable_ephemeral(capacity), allocatable, "{capacity}");
-        }
+        assert_eq!(allocatable_memory(1024 * MI, 600 * MI), 360 * MI);
+        assert_eq!(allocatable_memory(1024 * MI, 0), 960 * MI);
         for (pid_max, want) in [(32_768, 31_744), (4_194_304, 4_193_280), (1500, 1024), (0, 1024)] {
             assert_eq!(kubepods_pids_max(pid_max), want, "{pid_max}");
         }

@@ -1094,3 +1094,132 @@ fn graceful_node_shutdown_stops_pods_by_priority() -> Result<()> {
     );
     Ok(())
 }
+
+/// Node-pressure eviction (SEEDS-SPEC NODE-46..NODE-49) with a hard `memory.available<400Mi`:
+/// a BestEffort pod that holds enough memory to cross the threshold is evicted (Failed,
+/// `Evicted`, upstream's message, `DisruptionTarget`), the Burstable pod beside it keeps
+/// running, the Node reports MemoryPressure and an `EvictionThresholdMet` event, and while the
+/// condition holds a new BestEffort pod is turned away and a Burstable one admitted.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
+    const THRESHOLD_MIB: u64 = 400;
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let mut f = VmFactory::new("memory-pressure")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "pressure-node";
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    config["evictionHard"] = serde_json::json!({"memory.available": format!("{THRESHOLD_MIB}Mi")});
+    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(machine_config);
+    let mut vm = f.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    // Allocatable memory leaves the threshold out (NODE-9).
+    let capacity = cp.wait_for(
+        &["node", node],
+        "{.status.capacity.memory}",
+        |m| m.ends_with("Ki"),
+        POD,
+    )?;
+    let allocatable = cp.kubectl(&["get", "node", node, "-o", "jsonpath={.status.allocatable.memory}"])?;
+    let kib = |q: &str| q.trim_end_matches("Ki").parse::<u64>().unwrap_or(0);
+    ensure!(
+        kib(&capacity) - kib(&allocatable) == (64 + THRESHOLD_MIB) * 1024,
+        "capacity {capacity}, allocatable {allocatable}"
+    );
+    let image = guest_busybox();
+    let mut keeper = pod("keeper", node, &image, "sleep 3600", "Always");
+    keeper["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"memory": "16Mi"}});
+    cp.create(&keeper)?;
+    cp.wait_for(&["pod", "keeper"], "{.status.phase}", |p| p == "Running", POD)?;
+    let signals = vm.wait_for_line("agent: node pressure signals", POD)?;
+    let available = qemu_tests::vm::field_u64(&signals, "memory_available")
+        .ok_or_else(|| anyhow::anyhow!("no memory_available in {signals:?}"))?;
+    let threshold = THRESHOLD_MIB << 20;
+    ensure!(
+        available > threshold + (64 << 20),
+        "the node is too close to its threshold before the test: {available} bytes available"
+    );
+    // dd fills a buffer this big from /dev/zero, then blocks writing it to a pipe nobody reads:
+    // the memory stays in use.
+    let hog_mib = (available - threshold) / (1 << 20) + 64;
+    cp.create(&pod(
+        "hog",
+        node,
+        &image,
+        &format!("dd if=/dev/zero bs={hog_mib}M count=1 | sleep 3600"),
+        "Always",
+    ))?;
+    let state = cp.wait_for(
+        &["pod", "hog"],
+        "{.status.phase}|{.status.reason}|{.status.conditions[?(@.type==\"DisruptionTarget\")].status}|{.status.conditions[?(@.type==\"DisruptionTarget\")].reason}|{.status.message}",
+        |s| s.starts_with("Failed|"),
+        POD,
+    )?;
+    let parts: Vec<&str> = state.splitn(5, '|').collect();
+    ensure!(
+        parts[..4] == ["Failed", "Evicted", "True", "TerminationByKubelet"],
+        "hog: {state}"
+    );
+    let prefix =
+        format!("The node was low on resource: memory. Threshold quantity: {THRESHOLD_MIB}Mi, available: ");
+    ensure!(
+        parts[4].starts_with(&prefix)
+            && parts[4].contains(". Container main was using ")
+            && parts[4].ends_with(", request is 0, has larger consumption of memory. "),
+        "hog's message: {:?}",
+        parts[4]
+    );
+    cp.wait_for(
+        &["node", node],
+        "{.status.conditions[?(@.type==\"MemoryPressure\")].status}|{.status.conditions[?(@.type==\"MemoryPressure\")].reason}",
+        |c| c == "True|KubeletHasInsufficientMemory",
+        POD,
+    )?;
+    let events = cp.kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name} {.reason} {.message}{\"\\n\"}{end}",
+    ])?;
+    ensure!(
+        events.contains(&format!(
+            "Node/{node} EvictionThresholdMet Attempting to reclaim memory"
+        )) && events.contains("Pod/hog Evicted The node was low on resource: memory."),
+        "events:\n{events}"
+    );
+    // The condition holds for the transition period (5 min): BestEffort pods are turned away,
+    // others admitted.
+    cp.create(&pod("late", node, &image, "sleep 3600", "Always"))?;
+    cp.wait_for(
+        &["pod", "late"],
+        "{.status.phase}|{.status.reason}|{.status.message}",
+        |s| s == "Failed|Evicted|The node had condition: [MemoryPressure]. ",
+        POD,
+    )?;
+    let mut burstable = pod("late-burstable", node, &image, "sleep 3600", "Always");
+    burstable["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"memory": "16Mi"}});
+    cp.create(&burstable)?;
+    cp.wait_for(
+        &["pod", "late-burstable"],
+        "{.status.phase}",
+        |p| p == "Running",
+        POD,
+    )?;
+    let keeper = cp.kubectl(&[
+        "get",
+        "pod",
+        "keeper",
+        "-o",
+        "jsonpath={.status.phase}|{.status.containerStatuses[0].restartCount}",
+    ])?;
+    ensure!(keeper == "Running|0", "the Burstable pod was touched: {keeper}");
+    Ok(())
+}

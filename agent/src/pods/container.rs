@@ -62,6 +62,8 @@ pub struct NodeFacts {
     pub insecure_registries: Vec<String>,
     /// The machine's memory (bytes), for Burstable `oom_score_adj`.
     pub memory: u64,
+    /// What pods may use of it (`status.allocatable.memory`).
+    pub allocatable_memory: u64,
     /// The machine's CPUs (all allocatable).
     pub cpus: u64,
 }
@@ -72,7 +74,7 @@ impl NodeFacts {
     pub fn allocatable(&self, resource: &str) -> Option<u64> {
         match resource {
             "cpu" => Some(self.cpus * 1000),
-            "memory" => Some(kcore::allocatable::allocatable_memory(self.memory)),
+            "memory" => Some(self.allocatable_memory),
             _ => None,
         }
     }
@@ -390,15 +392,7 @@ mod tests {
         );
     }
 
-    fn node() -> NodeFacts {
-        NodeFacts {
-            node: "n1".into(),
-            node_ip: Some("10.0.2.15".into()),
-            insecure_registries: vec![],
-            memory: 8 << 30,
-            cpus: 4,
-        }
-    }
+    use crate::pods::env::tests::node;
 
     #[test]
     fn qos_and_oom_scores_go_to_the_runtime_as_numbers() {

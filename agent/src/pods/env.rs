@@ -320,6 +320,10 @@ pub(super) mod tests {
             node_ip: Some("10.0.2.15".into()),
             insecure_registries: vec![],
             memory: 8 << 30,
+            allocatable_memory: kcore::allocatable::allocatable_memory(
+                8 << 30,
+                kcore::allocatable::EVICTION_HARD_MEMORY,
+            ),
             cpus: 4,
         }
     }

@@ -108,6 +108,43 @@ pub async fn post(client: &kube::Client, node: &str, pod: &Pod, events: Vec<Even
     }
 }
 
+/// Posts a Warning event about this node (the kubelet's node events, e.g.
+/// `EvictionThresholdMet`), in the `default` namespace as the kubelet records them.
+pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, message: String) {
+    let now = std::time::SystemTime::now();
+    let ev = ApiEvent {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{node}.")),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            // The kubelet's node reference carries the node's name as its uid.
+            uid: Some(node.into()),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some(node.into()),
+        }),
+        first_timestamp: Some(time(now)),
+        last_timestamp: Some(time(now)),
+        count: Some(1),
+        reporting_component: Some("kubelet".into()),
+        reporting_instance: Some(node.into()),
+        ..ApiEvent::default()
+    };
+    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), "default");
+    if let Err(e) = api.create(&PostParams::default(), &ev).await {
+        tracing::debug!(error = %e, reason, "node event not recorded");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

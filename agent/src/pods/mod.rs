@@ -8,8 +8,11 @@
 //! status in `status.rs`, the restart back-off in `backoff.rs`; the worker only moves data.
 //! Sandboxes of pods the API no longer has are removed once the first list is in.
 //!
-//! New pods pass node admission first (`admission.rs`). When the node shuts down, the pods are
-//! stopped by priority band (`shutdown.rs`). Not yet: service environment variables.
+//! New pods pass node admission first (`admission.rs`, and `pressure.rs` under node pressure).
+//! Every 10 s the node's memory and ephemeral storage are compared with the hard eviction
+//! thresholds and one pod is evicted when one is met (`pressure.rs`). When the node shuts down,
+//! the pods are stopped by priority band (`shutdown.rs`). Both reach a pod through its worker's
+//! kill channel. Not yet: service environment variables.
 
 mod admission;
 mod backoff;
@@ -20,6 +23,7 @@ mod eviction;
 mod grpc;
 mod hooks;
 mod plan;
+pub mod pressure;
 mod probe;
 pub mod shutdown;
 mod status;
@@ -54,6 +58,8 @@ pub struct PodSettings {
     pub insecure_registries: Vec<String>,
     /// Graceful node shutdown's priority bands (empty: off).
     pub shutdown_bands: Vec<ShutdownGracePeriod>,
+    /// Hard eviction thresholds.
+    pub thresholds: pressure::Thresholds,
 }
 
 /// The runtime's sandboxes and containers (None when the runtime cannot be reached).
@@ -118,6 +124,7 @@ async fn admit(
     snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
     workers: &Workers,
     shutting_down: bool,
+    pressure: pressure::Pressure,
     pod: &mut Pod,
 ) {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -133,6 +140,9 @@ async fn admit(
             reason: shutdown::REJECT_REASON.into(),
             message: shutdown::REJECT_MESSAGE.into(),
         };
+        return reject(ctx, pod, r).await;
+    }
+    if let Err(r) = pressure::admit(pressure, pod) {
         return reject(ctx, pod, r).await;
     }
     let node = match ctx.node_object().await {
@@ -176,7 +186,12 @@ async fn reject(ctx: &Ctx, pod: &mut Pod, r: admission::Rejection) {
 
 /// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
 /// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
-pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::Sender<NodeState>>) {
+pub async fn run(
+    client: kube::Client,
+    settings: PodSettings,
+    state: Arc<watch::Sender<NodeState>>,
+    pressure: Arc<watch::Sender<pressure::Pressure>>,
+) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         node: container::NodeFacts {
@@ -184,6 +199,12 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
             node_ip: settings.node_ip.clone(),
             insecure_registries: settings.insecure_registries.clone(),
             memory: crate::node::memory_capacity(),
+            allocatable_memory: kcore::allocatable::allocatable_memory(
+                crate::node::memory_capacity(),
+                settings
+                    .thresholds
+                    .reserved(pressure::Signal::MemoryAvailable, crate::node::memory_capacity()),
+            ),
             cpus: crate::node::cpu_capacity(),
         },
         node_object: std::sync::Mutex::new(None),
@@ -205,6 +226,9 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
     let mut listing: Option<BTreeSet<String>> = None;
     let mut listed_once = false;
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    let mut evict = tokio::time::interval(pressure::INTERVAL);
+    evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut evictor = pressure::Evictor::new(settings.thresholds.clone());
     let mut state_rx = state.subscribe();
     let mut shutting_down = false;
     if *state_rx.borrow_and_update() == NodeState::ShuttingDown {
@@ -219,6 +243,10 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
                 if listed_once {
                     remove_orphans(&workers, &snap_rx).await;
                 }
+                continue;
+            }
+            _ = evict.tick(), if !shutting_down => {
+                evictor.tick(&ctx.client, &settings.node, active(&workers), &pressure).await;
                 continue;
             }
             changed = state_rx.changed(), if !shutting_down => {
@@ -239,7 +267,8 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
                 if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
                     seen.insert(uid);
                 }
-                apply(&mut workers, &ctx, &snap_rx, shutting_down, pod).await;
+                let p = *pressure.borrow();
+                apply(&mut workers, &ctx, &snap_rx, (shutting_down, p), pod).await;
             }
             Ok(watcher::Event::InitDone) => {
                 let seen = listing.take().unwrap_or_default();
@@ -250,7 +279,10 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
                 }
                 listed_once = true;
             }
-            Ok(watcher::Event::Apply(pod)) => apply(&mut workers, &ctx, &snap_rx, shutting_down, pod).await,
+            Ok(watcher::Event::Apply(pod)) => {
+                let p = *pressure.borrow();
+                apply(&mut workers, &ctx, &snap_rx, (shutting_down, p), pod).await
+            }
             Ok(watcher::Event::Delete(pod)) => {
                 if let Some(h) = pod.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
                     let _ = h.pod.send(None);
@@ -265,11 +297,9 @@ pub async fn run(client: kube::Client, settings: PodSettings, state: Arc<watch::
     }
 }
 
-/// Starts node shutdown: the pods that still run are stopped by priority band in the
-/// background (the loop keeps taking pod changes, rejecting new pods); `state` becomes
-/// [`NodeState::PodsStopped`] when that is over.
-fn start_shutdown(workers: &Workers, bands: &[ShutdownGracePeriod], state: Arc<watch::Sender<NodeState>>) {
-    let targets: Vec<shutdown::Target> = workers
+/// The pods that have not ended, with their workers.
+fn active(workers: &Workers) -> Vec<shutdown::Target> {
+    workers
         .values()
         .filter_map(|h| {
             let pod = h.pod.borrow().clone()?;
@@ -278,7 +308,14 @@ fn start_shutdown(workers: &Workers, bands: &[ShutdownGracePeriod], state: Arc<w
                 kill: h.kill.clone(),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Starts node shutdown: the pods that still run are stopped by priority band in the
+/// background (the loop keeps taking pod changes, rejecting new pods); `state` becomes
+/// [`NodeState::PodsStopped`] when that is over.
+fn start_shutdown(workers: &Workers, bands: &[ShutdownGracePeriod], state: Arc<watch::Sender<NodeState>>) {
+    let targets = active(workers);
     tracing::info!(pods = targets.len(), "node shutdown: stopping the pods");
     let bands = bands.to_vec();
     tokio::spawn(async move {
@@ -293,7 +330,7 @@ async fn apply(
     workers: &mut Workers,
     ctx: &Arc<Ctx>,
     snap_rx: &watch::Receiver<Option<Arc<Snapshot>>>,
-    shutting_down: bool,
+    (shutting_down, pressure): (bool, pressure::Pressure),
     mut pod: Pod,
 ) {
     let Some(uid) = pod.metadata.uid.clone() else {
@@ -305,7 +342,7 @@ async fn apply(
         let _ = h.pod.send(Some(Arc::new(pod)));
         return;
     }
-    admit(ctx, snap_rx, workers, shutting_down, &mut pod).await;
+    admit(ctx, snap_rx, workers, shutting_down, pressure, &mut pod).await;
     let (tx, rx) = watch::channel(Some(Arc::new(pod)));
     let (kill_tx, kill_rx) = mpsc::channel(1);
     let w = Worker::new(ctx.clone(), uid.clone(), rx, kill_rx, snap_rx.clone());

@@ -1,0 +1,895 @@
+//! Node-pressure eviction (docs/SEEDS-SPEC.md §4.12, NODE-46..NODE-49; the kubelet's eviction
+//! manager). Every [`INTERVAL`] the node's signals are compared with its hard thresholds
+//! (`evictionHard`, upstream's Linux defaults unless the machine config names others): a met
+//! threshold turns on the Node's pressure condition (kept [`TRANSITION_PERIOD`] after the last
+//! time it was met) and evicts one pod per round, ranked as upstream ranks them (usage over
+//! requests first, then lower priority, then the largest excess); critical pods are never
+//! evicted. An evicted pod is `Failed` with reason `Evicted`, upstream's message and
+//! `DisruptionTarget`, its containers get [`HARD_EVICTION_GRACE`]; the node records
+//! `EvictionThresholdMet`. While a condition holds, node admission turns pods away as upstream's
+//! eviction admission does ([`admit`]).
+//!
+//! Signals observed here: `memory.available` (MemFree + Inactive(file) of `/proc/meminfo`,
+//! i.e. capacity − working set) and `nodefs.available` / `nodefs.inodesFree` (the ephemeral
+//! storage holding writable layers, logs and pod volumes). Not yet: `imagefs.*` (images live on
+//! the root file system and there is no image garbage collection), `pid.available`, soft
+//! thresholds; the config refuses them rather than ignore them.
+//!
+//! The decisions are pure functions; [`Evictor::tick`] only measures and moves data.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use tokio::sync::{oneshot, watch};
+
+use super::admission::Rejection;
+use super::events;
+use super::eviction::{EVICTED_REASON, PodFailure};
+use super::shutdown::{Kill, Target};
+use super::volumes;
+use super::worker::{blocking, runtime};
+
+/// How often the signals are compared with the thresholds (the kubelet's monitoring interval).
+pub const INTERVAL: Duration = Duration::from_secs(10);
+/// How long a pressure condition stays on after its threshold was last met (the kubelet's
+/// `evictionPressureTransitionPeriod` default).
+pub const TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+/// The grace period of a pod evicted at a hard threshold (upstream's
+/// `immediateEvictionGracePeriodSeconds`; the runtime still gives 2 s before SIGKILL).
+pub const HARD_EVICTION_GRACE: u64 = 1;
+
+/// An eviction signal this node observes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Signal {
+    MemoryAvailable,
+    NodefsAvailable,
+    NodefsInodesFree,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory.available",
+            Signal::NodefsAvailable => "nodefs.available",
+            Signal::NodefsInodesFree => "nodefs.inodesFree",
+        }
+    }
+
+    /// The resource evicting pods reclaims (as upstream names it in messages and events).
+    pub fn resource(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory",
+            Signal::NodefsAvailable => "ephemeral-storage",
+            Signal::NodefsInodesFree => "inodes",
+        }
+    }
+}
+
+/// A threshold's amount: an absolute quantity (bytes, or inodes) or a share of the capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    /// The amount, and whether it was written with a binary suffix (how messages print it).
+    Quantity(u64, bool),
+    /// Percent of the capacity.
+    Percent(f64),
+}
+
+impl Amount {
+    /// The amount for a capacity of `capacity`.
+    pub fn of(self, capacity: u64) -> u64 {
+        match self {
+            Amount::Quantity(q, _) => q,
+            Amount::Percent(p) => (capacity as f64 * p / 100.0) as u64,
+        }
+    }
+}
+
+/// A hard eviction threshold: the signal is met when what is available is below the amount.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Threshold {
+    pub signal: Signal,
+    pub amount: Amount,
+}
+
+/// Why an `evictionHard` entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error(
+        "unsupported eviction signal {0:?} (this node observes memory.available, nodefs.available, nodefs.inodesFree)"
+    )]
+    Signal(String),
+    #[error("{signal}: {value:?} is not a quantity or a percentage between 0% and 100%")]
+    Value { signal: String, value: String },
+}
+
+/// The node's hard thresholds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds(pub Vec<Threshold>);
+
+impl Default for Thresholds {
+    /// The kubelet's Linux defaults for the signals observed here: `memory.available<100Mi`,
+    /// `nodefs.available<10%`, `nodefs.inodesFree<5%`.
+    fn default() -> Self {
+        Thresholds(vec![
+            Threshold {
+                signal: Signal::MemoryAvailable,
+                amount: Amount::Quantity(kcore::allocatable::EVICTION_HARD_MEMORY, true),
+            },
+            Threshold {
+                signal: Signal::NodefsAvailable,
+                amount: Amount::Percent(kcore::allocatable::EVICTION_HARD_NODEFS_PERCENT),
+            },
+            Threshold {
+                signal: Signal::NodefsInodesFree,
+                amount: Amount::Percent(5.0),
+            },
+        ])
+    }
+}
+
+impl Thresholds {
+    /// The thresholds of an `evictionHard` map (signal → `<quantity>` or `<N>%`). As upstream
+    /// with `mergeDefaultEvictionSettings: false`, the map replaces the defaults; `0`, `0%` and
+    /// `100%` switch a signal off.
+    pub fn parse(map: &BTreeMap<String, String>) -> Result<Self, ThresholdError> {
+        let mut out = Vec::new();
+        for (name, value) in map {
+            let signal = match name.as_str() {
+                "memory.available" => Signal::MemoryAvailable,
+                "nodefs.available" => Signal::NodefsAvailable,
+                "nodefs.inodesFree" => Signal::NodefsInodesFree,
+                _ => return Err(ThresholdError::Signal(name.clone())),
+            };
+            let bad = || ThresholdError::Value {
+                signal: name.clone(),
+                value: value.clone(),
+            };
+            let amount = if let Some(p) = value.strip_suffix('%') {
+                let p: f64 = p.parse().map_err(|_| bad())?;
+                if !(0.0..=100.0).contains(&p) {
+                    return Err(bad());
+                }
+                if p == 0.0 || p == 100.0 {
+                    continue;
+                }
+                Amount::Percent(p)
+            } else {
+                let q = kcore::quantity::bytes(value).ok_or_else(bad)?;
+                if q == 0 {
+                    continue;
+                }
+                Amount::Quantity(q, kcore::quantity::is_binary(value))
+            };
+            out.push(Threshold { signal, amount });
+        }
+        Ok(Thresholds(out))
+    }
+
+    /// What the signal's threshold keeps back of `capacity` (0 without one): allocatable is
+    /// capacity minus this (NODE-9).
+    pub fn reserved(&self, signal: Signal, capacity: u64) -> u64 {
+        self.0
+            .iter()
+            .find(|t| t.signal == signal)
+            .map_or(0, |t| t.amount.of(capacity).min(capacity))
+    }
+}
+
+/// What a signal observed: what is available of what capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    pub available: u64,
+    pub capacity: u64,
+}
+
+/// The thresholds met by `obs`, memory first (upstream reclaims memory before disk).
+pub fn met(thresholds: &Thresholds, obs: &BTreeMap<Signal, Observation>) -> Vec<(Threshold, Observation)> {
+    let mut met: Vec<(Threshold, Observation)> = thresholds
+        .0
+        .iter()
+        .filter_map(|t| {
+            let o = obs.get(&t.signal)?;
+            (o.available < t.amount.of(o.capacity)).then_some((*t, *o))
+        })
+        .collect();
+    met.sort_by_key(|(t, _)| t.signal);
+    met
+}
+
+/// The node's pressure conditions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+}
+
+impl Pressure {
+    /// The conditions that hold, as upstream lists them in messages.
+    pub fn conditions(self) -> Vec<&'static str> {
+        let mut c = Vec::new();
+        if self.memory {
+            c.push("MemoryPressure");
+        }
+        if self.disk {
+            c.push("DiskPressure");
+        }
+        c
+    }
+}
+
+/// When each condition's threshold was last met.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    memory: Option<SystemTime>,
+    disk: Option<SystemTime>,
+}
+
+impl Tracker {
+    /// Records what is met at `now`; a condition holds until [`TRANSITION_PERIOD`] after its
+    /// threshold was last met.
+    pub fn observe(&mut self, met: &[(Threshold, Observation)], now: SystemTime) -> Pressure {
+        for (t, _) in met {
+            match t.signal {
+                Signal::MemoryAvailable => self.memory = Some(now),
+                Signal::NodefsAvailable | Signal::NodefsInodesFree => self.disk = Some(now),
+            }
+        }
+        let holds = |at: Option<SystemTime>| {
+            at.is_some_and(|at| now.duration_since(at).unwrap_or_default() < TRANSITION_PERIOD)
+        };
+        Pressure {
+            memory: holds(self.memory),
+            disk: holds(self.disk),
+        }
+    }
+}
+
+/// Eviction admission (upstream's eviction manager `Admit`): under any pressure critical pods
+/// are admitted; under memory pressure alone, pods that are not BestEffort and BestEffort pods
+/// tolerating the memory-pressure taint; everything else is turned away.
+pub fn admit(pressure: Pressure, pod: &Pod) -> Result<(), Rejection> {
+    let conditions = pressure.conditions();
+    if conditions.is_empty() || kcore::qos::is_critical_pod(pod) {
+        return Ok(());
+    }
+    if conditions == ["MemoryPressure"] {
+        let best_effort = kcore::qos::pod_qos_class(pod) == kcore::qos::QosClass::BestEffort;
+        let taint = Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        let tolerates = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.tolerations.iter().flatten())
+            .any(|t| kcore::taints::tolerates(t, &taint));
+        if !best_effort || tolerates {
+            return Ok(());
+        }
+    }
+    Err(Rejection {
+        reason: EVICTED_REASON.into(),
+        message: format!("The node had condition: [{}]. ", conditions.join(" ")),
+    })
+}
+
+/// A pod that may be evicted, with its containers' use of the resource being reclaimed.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub pod: Arc<Pod>,
+    /// Use by container name (working set for memory; writable layer + logs for disk).
+    pub containers: BTreeMap<String, u64>,
+    /// Use outside the containers (disk-backed pod volumes), counted for the pod.
+    pub volumes: u64,
+}
+
+impl Candidate {
+    fn usage(&self) -> u64 {
+        self.containers.values().sum::<u64>() + self.volumes
+    }
+
+    fn request(&self, signal: Signal) -> u64 {
+        let Some(spec) = self.pod.spec.as_ref() else {
+            return 0;
+        };
+        let r = kcore::resources::pod_requests(spec);
+        match signal {
+            Signal::MemoryAvailable => r.memory,
+            Signal::NodefsAvailable => r.ephemeral_storage,
+            Signal::NodefsInodesFree => 0,
+        }
+    }
+
+    fn priority(&self) -> i32 {
+        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    }
+}
+
+/// Ranks the candidates for `signal` (upstream's `rankMemoryPressure` / `rankDiskPressureFunc`:
+/// pods using more than they request first, then lower priority, then the largest use over
+/// the request) and returns the index of the first that may be evicted (critical pods never
+/// are). Inode pressure ranks by bytes too (the runtime does not count inodes per pod).
+pub fn victim(signal: Signal, candidates: &[Candidate]) -> Option<usize> {
+    let mut ranked: Vec<usize> = (0..candidates.len())
+        .filter(|&i| !kcore::qos::is_critical_pod(&candidates[i].pod))
+        .collect();
+    ranked.sort_by_key(|&i| {
+        let c = &candidates[i];
+        let (usage, request) = (c.usage(), c.request(signal));
+        (
+            usage <= request,
+            c.priority(),
+            std::cmp::Reverse(i128::from(usage) - i128::from(request)),
+        )
+    });
+    ranked.first().copied()
+}
+
+/// The evicted pod's message (upstream's `evictionMessage`): the resource, the threshold and
+/// what was available, then each container using more than it requests.
+pub fn message(threshold: &Threshold, obs: &Observation, victim: &Candidate) -> String {
+    let resource = threshold.signal.resource();
+    let mut m = format!("The node was low on resource: {resource}. ");
+    // Bytes print as binary quantities, inode counts as decimal ones (as upstream's).
+    let binary = threshold.signal != Signal::NodefsInodesFree;
+    let format = |n: u64| kcore::quantity::format_bytes(n, binary);
+    let quantity = match threshold.amount {
+        Amount::Quantity(q, binary) => kcore::quantity::format_bytes(q, binary),
+        Amount::Percent(_) => format(threshold.amount.of(obs.capacity)),
+    };
+    m.push_str(&format!(
+        "Threshold quantity: {quantity}, available: {}. ",
+        format(obs.available)
+    ));
+    for c in victim.pod.spec.iter().flat_map(|s| &s.containers) {
+        let Some(&used) = victim.containers.get(&c.name) else {
+            continue;
+        };
+        let request = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get(resource))
+            .map(|q| q.0.clone());
+        let requested = request.as_deref().and_then(kcore::quantity::bytes).unwrap_or(0);
+        if used > requested {
+            m.push_str(&format!(
+                "Container {} was using {}, request is {}, has larger consumption of {resource}. ",
+                c.name,
+                format(used),
+                request.unwrap_or_else(|| "0".into())
+            ));
+        }
+    }
+    m
+}
+
+/// The failure an evicted pod gets.
+pub fn failure(message: String) -> PodFailure {
+    PodFailure {
+        reason: EVICTED_REASON,
+        message,
+        grace: Some(HARD_EVICTION_GRACE),
+        disruption: true,
+    }
+}
+
+/// `memory.available` from `/proc/meminfo`: capacity − working set, i.e. MemFree plus the
+/// inactive file cache (what the kubelet computes from cAdvisor's root cgroup).
+pub fn memory_from_meminfo(meminfo: &str) -> Option<Observation> {
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    let capacity = field("MemTotal:")?;
+    let available = field("MemFree:")? + field("Inactive(file):").unwrap_or(0);
+    Some(Observation {
+        available: available.min(capacity),
+        capacity,
+    })
+}
+
+/// The eviction loop's state.
+#[derive(Debug)]
+pub struct Evictor {
+    thresholds: Thresholds,
+    tracker: Tracker,
+    /// The eviction in progress: done when the pod's containers are stopped.
+    evicting: Option<oneshot::Receiver<()>>,
+    /// Whether the first observation was logged.
+    logged: bool,
+}
+
+impl Evictor {
+    pub fn new(thresholds: Thresholds) -> Self {
+        Evictor {
+            thresholds,
+            tracker: Tracker::default(),
+            evicting: None,
+            logged: false,
+        }
+    }
+
+    /// One round: measure, publish the pressure, and evict at most one of `targets` (the
+    /// node's pods that have not ended), once the previous eviction is done.
+    pub async fn tick(
+        &mut self,
+        client: &kube::Client,
+        node: &str,
+        targets: Vec<Target>,
+        pressure: &watch::Sender<Pressure>,
+    ) {
+        let Some(obs) = blocking(observe).await else {
+            return;
+        };
+        if !std::mem::replace(&mut self.logged, true) {
+            let of = |s| obs.get(&s).map(|o| o.available);
+            tracing::info!(
+                memory_available = of(Signal::MemoryAvailable),
+                nodefs_available = of(Signal::NodefsAvailable),
+                nodefs_inodes_free = of(Signal::NodefsInodesFree),
+                "node pressure signals"
+            );
+        }
+        let met = met(&self.thresholds, &obs);
+        let p = self.tracker.observe(&met, SystemTime::now());
+        pressure.send_if_modified(|old| {
+            let changed = *old != p;
+            if changed {
+                tracing::info!(memory = p.memory, disk = p.disk, "node pressure changed");
+            }
+            *old = p;
+            changed
+        });
+        let Some((threshold, observation)) = met.first().copied() else {
+            return;
+        };
+        if let Some(rx) = self.evicting.as_mut() {
+            if matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                return;
+            }
+            self.evicting = None;
+        }
+        let signal = threshold.signal;
+        tracing::warn!(
+            signal = signal.name(),
+            available = observation.available,
+            "eviction threshold met"
+        );
+        events::post_node(
+            client,
+            node,
+            "EvictionThresholdMet",
+            format!("Attempting to reclaim {}", signal.resource()),
+        )
+        .await;
+        let candidates = usage(signal, &targets).await;
+        let Some(i) = victim(signal, &candidates) else {
+            tracing::warn!(signal = signal.name(), "no pod may be evicted");
+            return;
+        };
+        let v = &candidates[i];
+        let msg = message(&threshold, &observation, v);
+        let m = &v.pod.metadata;
+        tracing::warn!(
+            pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default()),
+            message = %msg,
+            "evicting the pod"
+        );
+        let ev = events::Event::pod(EVICTED_REASON, true, msg.clone());
+        events::post(client, node, &v.pod, vec![ev]).await;
+        let (tx, rx) = oneshot::channel();
+        let kill = Kill {
+            failure: failure(msg),
+            done: tx,
+        };
+        if targets[i].kill.try_send(kill).is_ok() {
+            self.evicting = Some(rx);
+        }
+    }
+}
+
+/// The candidates (one per target, in order) with their use of what `signal` measures.
+async fn usage(signal: Signal, targets: &[Target]) -> Vec<Candidate> {
+    let disk = signal != Signal::MemoryAvailable;
+    let uids: Vec<String> = targets
+        .iter()
+        .map(|t| t.pod.metadata.uid.clone().unwrap_or_default())
+        .collect();
+    let measured = blocking(move || {
+        let mut rt = runtime().ok()?;
+        let listed = rt.list_pod_stats().ok()?;
+        let mut by_uid: BTreeMap<String, (BTreeMap<String, u64>, u64)> = BTreeMap::new();
+        for uid in &uids {
+            let Some(p) = listed.iter().find(|p| &p.uid == uid) else {
+                continue;
+            };
+            let entry = if disk {
+                let Ok(p) = rt.pod_stats(&p.sandbox_id, true) else {
+                    continue;
+                };
+                let containers = p
+                    .containers
+                    .iter()
+                    .map(|c| {
+                        let used = c.writable_layer_bytes.unwrap_or(0) + c.logs_bytes.unwrap_or(0);
+                        (c.name.clone(), used)
+                    })
+                    .collect();
+                let dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), uid);
+                (containers, kcore::summary::disk_usage(&dir))
+            } else {
+                let containers = p
+                    .containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.memory.working_set_bytes))
+                    .collect();
+                (containers, 0)
+            };
+            by_uid.insert(uid.clone(), entry);
+        }
+        Some(by_uid)
+    })
+    .await
+    .flatten()
+    .unwrap_or_default();
+    targets
+        .iter()
+        .map(|t| {
+            let uid = t.pod.metadata.uid.clone().unwrap_or_default();
+            let (containers, volumes) = measured.get(&uid).cloned().unwrap_or_default();
+            Candidate {
+                pod: t.pod.clone(),
+                containers,
+                volumes,
+            }
+        })
+        .collect()
+}
+
+/// The node's signals (blocking).
+fn observe() -> BTreeMap<Signal, Observation> {
+    let mut obs = BTreeMap::new();
+    if let Some(m) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| memory_from_meminfo(&m))
+    {
+        obs.insert(Signal::MemoryAvailable, m);
+    }
+    let root = std::path::Path::new(kcore::allocatable::EPHEMERAL_ROOT);
+    if let Ok(st) = nix::sys::statvfs::statvfs(root) {
+        let block = st.fragment_size();
+        obs.insert(
+            Signal::NodefsAvailable,
+            Observation {
+                available: st.blocks_available().saturating_mul(block),
+                capacity: st.blocks().saturating_mul(block),
+            },
+        );
+        obs.insert(
+            Signal::NodefsInodesFree,
+            Observation {
+                available: st.files_available(),
+                capacity: st.files(),
+            },
+        );
+    }
+    obs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MI: u64 = 1 << 20;
+
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<Pod> {
+        let mut p = serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"containers": [{"name": "main"}]},
+        });
+        if let (Some(spec), Some(extra)) = (p["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        Arc::new(serde_json::from_value(p).expect("pod"))
+    }
+
+    fn requesting(name: &str, memory: &str, priority: i32) -> Arc<Pod> {
+        pod(
+            name,
+            serde_json::json!({"priority": priority, "containers": [
+                {"name": "main", "resources": {"requests": {"memory": memory}}}]}),
+        )
+    }
+
+    fn candidate(pod: Arc<Pod>, used: u64) -> Candidate {
+        Candidate {
+            pod,
+            containers: [("main".to_string(), used)].into(),
+            volumes: 0,
+        }
+    }
+
+    #[test]
+    fn thresholds_parse_as_the_kubelet_reads_them() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let t = Thresholds::parse(&map(&[
+            ("memory.available", "600Mi"),
+            ("nodefs.available", "7.5%"),
+        ]))
+        .expect("valid");
+        assert_eq!(t.reserved(Signal::MemoryAvailable, 1024 * MI), 600 * MI);
+        assert_eq!(t.reserved(Signal::NodefsAvailable, 1000), 75);
+        // The map replaces the defaults: no inode threshold now.
+        assert_eq!(t.reserved(Signal::NodefsInodesFree, 1000), 0);
+        // 0, 0% and 100% switch a signal off.
+        let off = Thresholds::parse(&map(&[
+            ("memory.available", "0"),
+            ("nodefs.available", "0%"),
+            ("nodefs.inodesFree", "100%"),
+        ]))
+        .expect("valid");
+        assert_eq!(off, Thresholds(vec![]));
+        let d = Thresholds::default();
+        assert_eq!(d.reserved(Signal::MemoryAvailable, 1024 * MI), 100 * MI);
+        assert_eq!(d.reserved(Signal::NodefsAvailable, 268_435_456), 26_843_545);
+        assert_eq!(d.reserved(Signal::NodefsInodesFree, 1000), 50);
+        for (k, v) in [
+            ("imagefs.available", "15%"),
+            ("pid.available", "10"),
+            ("memory.available", "x"),
+            ("nodefs.available", "101%"),
+        ] {
+            assert!(Thresholds::parse(&map(&[(k, v)])).is_err(), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn a_threshold_is_met_below_its_amount_memory_first() {
+        let t = Thresholds::default();
+        let obs = |mem: u64, disk: u64, inodes: u64| -> BTreeMap<Signal, Observation> {
+            [
+                (
+                    Signal::NodefsAvailable,
+                    Observation {
+                        available: disk,
+                        capacity: 1000,
+                    },
+                ),
+                (
+                    Signal::MemoryAvailable,
+                    Observation {
+                        available: mem,
+                        capacity: 1024 * MI,
+                    },
+                ),
+                (
+                    Signal::NodefsInodesFree,
+                    Observation {
+                        available: inodes,
+                        capacity: 1000,
+                    },
+                ),
+            ]
+            .into()
+        };
+        let signals = |o| met(&t, &o).into_iter().map(|(t, _)| t.signal).collect::<Vec<_>>();
+        assert_eq!(
+            signals(obs(100 * MI, 100, 50)),
+            vec![],
+            "at the threshold is not below it"
+        );
+        assert_eq!(
+            signals(obs(100 * MI - 1, 99, 49)),
+            vec![
+                Signal::MemoryAvailable,
+                Signal::NodefsAvailable,
+                Signal::NodefsInodesFree
+            ]
+        );
+        assert_eq!(signals(obs(900 * MI, 99, 900)), vec![Signal::NodefsAvailable]);
+        // A signal not observed (no ephemeral storage mounted) is never met.
+        let only_memory: BTreeMap<Signal, Observation> = [(
+            Signal::MemoryAvailable,
+            Observation {
+                available: 900 * MI,
+                capacity: 1024 * MI,
+            },
+        )]
+        .into();
+        assert!(met(&t, &only_memory).is_empty());
+    }
+
+    #[test]
+    fn conditions_hold_for_the_transition_period() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mem = Threshold {
+            signal: Signal::MemoryAvailable,
+            amount: Amount::Quantity(100 * MI, true),
+        };
+        let o = Observation {
+            available: 0,
+            capacity: 1,
+        };
+        let mut tr = Tracker::default();
+        assert_eq!(tr.observe(&[], t0), Pressure::default());
+        assert_eq!(
+            tr.observe(&[(mem, o)], t0),
+            Pressure {
+                memory: true,
+                disk: false
+            }
+        );
+        assert!(
+            tr.observe(&[], t0 + TRANSITION_PERIOD - Duration::from_secs(1))
+                .memory
+        );
+        assert!(!tr.observe(&[], t0 + TRANSITION_PERIOD).memory);
+    }
+
+    #[test]
+    fn admission_under_pressure_is_upstreams() {
+        let best_effort = pod("be", serde_json::json!({}));
+        let burstable = requesting("bu", "10Mi", 0);
+        let tolerating = pod(
+            "tol",
+            serde_json::json!({"tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}),
+        );
+        let critical = pod("crit", serde_json::json!({"priority": 2_000_001_000}));
+        let memory = Pressure {
+            memory: true,
+            disk: false,
+        };
+        let disk = Pressure {
+            memory: false,
+            disk: true,
+        };
+        let both = Pressure {
+            memory: true,
+            disk: true,
+        };
+        let verdict = |p: Pressure, pod: &Pod| admit(p, pod).map_err(|r| (r.reason, r.message));
+        for p in [&best_effort, &burstable, &tolerating, &critical] {
+            assert_eq!(verdict(Pressure::default(), p), Ok(()));
+            assert_eq!(verdict(both, &critical), Ok(()));
+        }
+        assert_eq!(
+            verdict(memory, &best_effort),
+            Err((
+                "Evicted".into(),
+                "The node had condition: [MemoryPressure]. ".into()
+            ))
+        );
+        assert_eq!(verdict(memory, &burstable), Ok(()));
+        assert_eq!(verdict(memory, &tolerating), Ok(()));
+        assert_eq!(
+            verdict(disk, &burstable),
+            Err((
+                "Evicted".into(),
+                "The node had condition: [DiskPressure]. ".into()
+            ))
+        );
+        assert_eq!(
+            verdict(both, &tolerating),
+            Err((
+                "Evicted".into(),
+                "The node had condition: [MemoryPressure DiskPressure]. ".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn victims_rank_by_excess_then_priority_then_size() {
+        let name = |cs: &[Candidate], s: Signal| {
+            victim(s, cs).map(|i| cs[i].pod.metadata.name.clone().unwrap_or_default())
+        };
+        let m = Signal::MemoryAvailable;
+        // Over its request beats a bigger pod within its request.
+        let cs = [
+            candidate(requesting("within", "500Mi", 0), 400 * MI),
+            candidate(requesting("over", "10Mi", 0), 20 * MI),
+        ];
+        assert_eq!(name(&cs, m).as_deref(), Some("over"));
+        // Among pods over their requests, the lower priority first, even if smaller.
+        let cs = [
+            candidate(requesting("high", "0", 1000), 300 * MI),
+            candidate(requesting("low", "0", 10), 5 * MI),
+        ];
+        assert_eq!(name(&cs, m).as_deref(), Some("low"));
+        // Same priority: the largest excess over the request.
+        let cs = [
+            candidate(requesting("a", "100Mi", 0), 150 * MI),
+            candidate(requesting("b", "10Mi", 0), 100 * MI),
+            candidate(requesting("c", "0", 0), 60 * MI),
+        ];
+        assert_eq!(name(&cs, m).as_deref(), Some("b"));
+        // Critical pods are never evicted, however big.
+        let cs = [candidate(
+            pod("crit", serde_json::json!({"priority": 2_000_000_000})),
+            900 * MI,
+        )];
+        assert_eq!(name(&cs, m), None);
+        // Disk ranks by writable layer + logs + volumes against ephemeral-storage requests.
+        let mut vol = candidate(pod("vol", serde_json::json!({})), MI);
+        vol.volumes = 50 * MI;
+        let cs = [candidate(pod("logs", serde_json::json!({})), 20 * MI), vol];
+        assert_eq!(name(&cs, Signal::NodefsAvailable).as_deref(), Some("vol"));
+    }
+
+    #[test]
+    fn eviction_messages_are_upstreams() {
+        let t = Threshold {
+            signal: Signal::MemoryAvailable,
+            amount: Amount::Quantity(600 * MI, true),
+        };
+        let o = Observation {
+            available: 512_001 * 1024,
+            capacity: 1024 * MI,
+        };
+        let p = pod(
+            "hog",
+            serde_json::json!({"containers": [
+                {"name": "eat", "resources": {"requests": {"memory": "64Mi"}}},
+                {"name": "small", "resources": {"requests": {"memory": "64Mi"}}},
+                {"name": "none"}]}),
+        );
+        let c = Candidate {
+            pod: p,
+            containers: [
+                ("eat".to_string(), 300 * MI),
+                ("small".to_string(), MI),
+                ("none".to_string(), 4096 * 1024 + 512),
+            ]
+            .into(),
+            volumes: 0,
+        };
+        assert_eq!(
+            message(&t, &o, &c),
+            "The node was low on resource: memory. Threshold quantity: 600Mi, available: 512001Ki. \
+             Container eat was using 300Mi, request is 64Mi, has larger consumption of memory. \
+             Container none was using 4194816, request is 0, has larger consumption of memory. "
+        );
+        let f = failure(message(&t, &o, &c));
+        assert_eq!((f.reason, f.grace, f.disruption), ("Evicted", Some(1), true));
+        // A percentage threshold prints the quantity it stands for.
+        let disk = Threshold {
+            signal: Signal::NodefsAvailable,
+            amount: Amount::Percent(10.0),
+        };
+        let d = Observation {
+            available: 20 * MI,
+            capacity: 256 * MI,
+        };
+        let none = Candidate {
+            pod: pod("p", serde_json::json!({})),
+            containers: BTreeMap::new(),
+            volumes: 0,
+        };
+        assert_eq!(
+            message(&disk, &d, &none),
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 26843545, available: 20Mi. "
+        );
+    }
+
+    #[test]
+    fn memory_available_is_free_plus_inactive_file() {
+        let meminfo = "MemTotal:        1012000 kB\nMemFree:          500000 kB\nMemAvailable:     800000 kB\nInactive(file):   100000 kB\n";
+        assert_eq!(
+            memory_from_meminfo(meminfo),
+            Some(Observation {
+                available: 600_000 * 1024,
+                capacity: 1_012_000 * 1024
+            })
+        );
+        assert_eq!(memory_from_meminfo("MemFree: 1 kB\n"), None);
+    }
+}
