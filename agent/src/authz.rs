@@ -16,14 +16,14 @@ use kube::api::PostParams;
 use transport::tls::Identity;
 
 /// How long an allowed answer is reused (the kubelet's `authorization.webhook.cacheAuthorizedTTL`).
-const ALLOWED_TTL: Duration = Duration::from_secs(300);
+pub(crate) const ALLOWED_TTL: Duration = Duration::from_secs(300);
 /// How long a denied answer is reused (`cacheUnauthorizedTTL`).
-const DENIED_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Most answers kept; the cache starts over when full.
 const CACHE_LIMIT: usize = 4096;
 /// How long a TokenReview answer, either way, is reused (the kubelet's
 /// `authentication.webhook.cacheTTL`).
-const TOKEN_TTL: Duration = Duration::from_secs(120);
+pub(crate) const TOKEN_TTL: Duration = Duration::from_secs(120);
 
 /// What a request asks of the node, in the API's terms.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

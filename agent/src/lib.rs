@@ -6,7 +6,9 @@
 #![forbid(unsafe_code)]
 
 pub mod authz;
+pub mod configz;
 pub mod exec;
+pub mod imagegc;
 pub mod logs;
 pub mod node;
 pub mod pods;
@@ -116,6 +118,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .filter(|s| s.control_plane.is_some())
         .map(|s| s.shutdown_grace_period_by_pod_priority.clone())
         .unwrap_or_default();
+    let configz = settings.as_ref().map_or(serde_json::Value::Null, |s| {
+        let thresholds = s.thresholds().unwrap_or_default();
+        configz::configz(s, &thresholds)
+    });
     let cert = Arc::new(server::self_signed(&cfg.server_names)?);
     let authz = Arc::new(authz::Authorizer::new(&node_name));
     let state = Arc::new(tokio::sync::watch::channel(NodeState::Running).0);
@@ -134,7 +140,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let mut power =
             signal(SignalKind::from_raw(NODE_SHUTDOWN_SIGNAL as i32)).map_err(AgentError::Runtime)?;
         tokio::select! {
-            r = serve(cfg, ca_pem, node_name, cert, authz) => r,
+            r = serve(cfg, ca_pem, node_name, cert, authz, configz) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())

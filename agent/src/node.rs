@@ -436,7 +436,48 @@ pub async fn post_status(
 ) -> Result<(), JoinError> {
     let now = kcore::time::rfc3339(SystemTime::now());
     let conditions = conditions(&now, health, since);
-    patch_status(client, name, json!({ "status": { "conditions": conditions } })).await
+    let mut status = json!({ "conditions": conditions });
+    if let Ok(Ok(images)) = tokio::task::spawn_blocking(|| {
+        runtime_api::Client::connect(Path::new(runtime_api::SOCKET))?.list_images()
+    })
+    .await
+    {
+        status["images"] = node_images(&images);
+    }
+    patch_status(client, name, json!({ "status": status })).await
+}
+
+/// The most images a Node lists (the kubelet's `nodeStatusMaxImages` default).
+const MAX_NODE_IMAGES: usize = 50;
+
+/// `status.images`: the node's images, largest first, each named by its digest and its
+/// reference (as the kubelet lists RepoDigests and RepoTags), at most [`MAX_NODE_IMAGES`].
+fn node_images(images: &[runtime_api::Image]) -> Value {
+    let mut by_id: std::collections::BTreeMap<&str, (Vec<String>, u64)> = std::collections::BTreeMap::new();
+    for img in images {
+        let e = by_id.entry(img.id.as_str()).or_default();
+        let repo = img.reference.rsplit_once('@').map(|(r, _)| r).unwrap_or_else(|| {
+            match img.reference.rsplit_once(':') {
+                Some((r, tag)) if !tag.contains('/') => r,
+                _ => img.reference.as_str(),
+            }
+        });
+        let pinned = format!("{repo}@{}", img.digest);
+        for n in [pinned, img.reference.clone()] {
+            if !e.0.contains(&n) {
+                e.0.push(n);
+            }
+        }
+        e.1 = e.1.max(img.size);
+    }
+    let mut list: Vec<(Vec<String>, u64)> = by_id.into_values().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    list.truncate(MAX_NODE_IMAGES);
+    Value::Array(
+        list.into_iter()
+            .map(|(names, size)| json!({"names": names, "sizeBytes": size}))
+            .collect(),
+    )
 }
 
 /// How long the agent waits for the control plane to give its Node a pod CIDR.
@@ -551,6 +592,8 @@ pub async fn run(
         state.clone(),
         pressure.clone(),
     );
+    let gc = settings.image_gc.unwrap_or_default();
+    tokio::spawn(crate::imagegc::run(client.clone(), name.clone(), gc));
     let (cidr_client, cidr_node) = (client.clone(), name.clone());
     tokio::spawn(async move {
         // Pods get addresses from the node's own range, so the pod loop waits for it.
@@ -599,5 +642,99 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_listed_largest_first_by_digest_and_reference() {
+        let img = |reference: &str, id: &str, size| runtime_api::Image {
+            reference: reference.into(),
+            id: id.into(),
+            digest: format!("sha256:{id}{id}"),
+            size,
+        };
+        let listed = node_images(&[
+            img("10.0.2.100:5000/busybox:1", "b", 100),
+            img("10.0.2.100:5000/big:2", "g", 900),
+            img("10.0.2.100:5000/busybox:latest", "b", 100),
+        ]);
+        assert_eq!(
+            listed,
+            json!([
+                {"names": ["10.0.2.100:5000/big@sha256:gg", "10.0.2.100:5000/big:2"], "sizeBytes": 900},
+                {"names": ["10.0.2.100:5000/busybox@sha256:bb", "10.0.2.100:5000/busybox:1",
+                           "10.0.2.100:5000/busybox:latest"], "sizeBytes": 100},
+            ])
+        );
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_until_their_status_changes() {
+        let mut since = Transitions::new();
+        let ready = |c: &Value| {
+            c.as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+        };
+        let memory = |c: &Value| {
+            c.as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == "MemoryPressure"))
+                .cloned()
+        };
+        let first = conditions("t1", Health::default(), &mut since);
+        let again = conditions("t2", Health::default(), &mut since);
+        let r = ready(&again).expect("Ready");
+        assert_eq!(
+            (&r["status"], &r["lastHeartbeatTime"], &r["lastTransitionTime"]),
+            (&json!("True"), &json!("t2"), &json!("t1"))
+        );
+        assert_eq!(ready(&first).expect("Ready")["reason"], "KubeletReady");
+        let pressed = Health {
+            pressure: Pressure {
+                memory: true,
+                disk: false,
+            },
+            shutting_down: false,
+        };
+        let m = memory(&conditions("t3", pressed, &mut since)).expect("MemoryPressure");
+        assert_eq!(
+            (
+                &m["status"],
+                &m["reason"],
+                &m["message"],
+                &m["lastTransitionTime"]
+            ),
+            (
+                &json!("True"),
+                &json!("KubeletHasInsufficientMemory"),
+                &json!("kubelet has insufficient memory available"),
+                &json!("t3")
+            )
+        );
+        let down = Health {
+            pressure: Pressure::default(),
+            shutting_down: true,
+        };
+        let c = conditions("t4", down, &mut since);
+        let r = ready(&c).expect("Ready");
+        assert_eq!(
+            (
+                &r["status"],
+                &r["reason"],
+                &r["message"],
+                &r["lastTransitionTime"]
+            ),
+            (
+                &json!("False"),
+                &json!("KubeletNotReady"),
+                &json!("node is shutting down"),
+                &json!("t4")
+            )
+        );
+        assert_eq!(memory(&c).expect("MemoryPressure")["lastTransitionTime"], "t4");
     }
 }

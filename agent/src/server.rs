@@ -48,10 +48,22 @@ fn text(status: u16, body: impl Into<Bytes>) -> Response<Body> {
 /// What the endpoint's handlers share.
 #[derive(Debug)]
 struct Ctx {
+    /// What `/configz` answers.
+    configz: Bytes,
     log_root: PathBuf,
     node_name: String,
     sampler: stats::NodeSampler,
     authz: Arc<Authorizer>,
+}
+
+/// A 200 with a JSON body.
+fn json(body: impl Into<Bytes>) -> Response<Body> {
+    let mut resp = text(200, body.into());
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// `/stats/summary` as JSON.
@@ -63,14 +75,7 @@ async fn summary(ctx: Arc<Ctx>) -> Response<Body> {
     .await;
     match made {
         Ok(Ok(s)) => match serde_json::to_vec(&s) {
-            Ok(body) => {
-                let mut resp = text(200, body);
-                resp.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
-                resp
-            }
+            Ok(body) => json(body),
             Err(e) => text(500, e.to_string()),
         },
         Ok(Err(e)) => text(503, e.to_string()),
@@ -97,6 +102,9 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
     let path = req.uri().path();
     if path == "/stats/summary" {
         return summary(ctx).await;
+    }
+    if path == "/configz" {
+        return json(ctx.configz.clone());
     }
     if !path.starts_with("/containerLogs/") {
         return text(404, "not found");
@@ -285,6 +293,7 @@ pub async fn serve(
     node_name: String,
     cert: Arc<SwappableCert>,
     authz: Arc<Authorizer>,
+    configz: serde_json::Value,
 ) -> Result<(), AgentError> {
     let tls = Arc::new(transport::tls::server_config_with(cert, ca_pem.as_deref())?);
     let listener = TcpListener::bind(cfg.listen)
@@ -294,6 +303,7 @@ pub async fn serve(
             source,
         })?;
     let ctx = Arc::new(Ctx {
+        configz: Bytes::from(serde_json::to_vec(&configz).unwrap_or_default()),
         log_root: PathBuf::from(logs::PODS_LOG_ROOT),
         node_name,
         sampler: stats::NodeSampler::new(cfg.cgroup_root.clone()),

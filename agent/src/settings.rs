@@ -29,6 +29,9 @@ pub struct AgentSettings {
     /// defaults (docs/SEEDS-SPEC.md NODE-46).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Image garbage collection; None: the kubelet's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_gc: Option<crate::imagegc::Policy>,
 }
 
 /// How long the pods of one priority band get when the node shuts down: the kubelet's
@@ -203,6 +206,10 @@ mod tests {
                 shutdown_grace_period_seconds: 20,
             }],
             eviction_hard: Some([("memory.available".to_string(), "200Mi".to_string())].into()),
+            image_gc: Some(crate::imagegc::Policy {
+                high_threshold_percent: 50,
+                ..crate::imagegc::Policy::default()
+            }),
         };
         s.write(&path).expect("write");
         assert_eq!(AgentSettings::read(&path).expect("read"), Some(s));

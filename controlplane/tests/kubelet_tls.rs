@@ -60,7 +60,7 @@ fn certificate(c: &TestCluster, name: &str) -> String {
     .expect("utf-8")
 }
 
-/// A fake agent: answers every request with one log line and records who asked.
+/// A fake agent: answers every request with one log line and records who asked for what.
 struct FakeAgent {
     port: u16,
     cert: Arc<SwappableCert>,
@@ -82,7 +82,7 @@ async fn fake_agent(cert: SwappableCert, ca_pem: &str) -> FakeAgent {
             listener,
             Arc::new(tls),
             transport::server::Limits::default(),
-            move |peer, _req| {
+            move |peer, req: hyper::Request<hyper::body::Incoming>| {
                 let (r, who) = (r.clone(), who.clone());
                 async move {
                     r.fetch_add(1, Ordering::SeqCst);
@@ -90,7 +90,14 @@ async fn fake_agent(cert: SwappableCert, ca_pem: &str) -> FakeAgent {
                         .identity
                         .as_ref()
                         .map(|i| format!("{} {:?}", i.user, i.groups));
-                    who.lock().expect("lock").push(id.unwrap_or_default());
+                    let target = req
+                        .uri()
+                        .path_and_query()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default();
+                    who.lock()
+                        .expect("lock")
+                        .push(format!("{} {target}", id.unwrap_or_default()));
                     hyper::Response::new(transport::body::full("fake-log-line\n"))
                 }
             },
@@ -229,10 +236,40 @@ fn agents_are_reached_only_with_the_nodes_own_serving_certificate() {
         .expect("swap");
     assert_eq!(c.kubectl(&["logs", "p"]), "fake-log-line\n");
     assert_eq!(agent.requests.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        agent.callers.lock().expect("lock").clone(),
-        ["kube-apiserver-kubelet-client []"]
+    let callers = agent.callers.lock().expect("lock").clone();
+    assert_eq!(callers.len(), 1);
+    assert!(
+        callers[0].starts_with("kube-apiserver-kubelet-client [] /containerLogs/default/p/c"),
+        "{callers:?}"
     );
+
+    // The node proxy relays a GET with its path and query, to callers allowed `nodes/proxy`.
+    assert_eq!(
+        c.kubectl(&["get", "--raw", "/api/v1/nodes/n1/proxy/configz?pretty=1"]),
+        "fake-log-line\n"
+    );
+    assert_eq!(
+        agent
+            .callers
+            .lock()
+            .expect("lock")
+            .last()
+            .cloned()
+            .unwrap_or_default(),
+        "kube-apiserver-kubelet-client [] /configz?pretty=1"
+    );
+    let (ok, _, err) = c.kubectl_result(
+        &["get", "--raw", "/api/v1/nodes/n1/proxy/configz", "--as=mallory"],
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("nodes \"n1\" is forbidden: User \"mallory\" cannot get resource \"nodes/proxy\""),
+        "{err}"
+    );
+    let (ok, _, err) = c.kubectl_result(&["get", "--raw", "/api/v1/nodes/nope/proxy/configz"], None);
+    assert!(!ok && err.contains("NotFound"), "{err}");
+    assert_eq!(agent.requests.load(Ordering::SeqCst), 2);
 
     // That identity may use the kubelet API and nothing else.
     let can = |args: &[&str]| {

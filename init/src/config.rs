@@ -90,6 +90,10 @@ pub struct MachineConfigDoc {
     /// The kubelet's `evictionHard` (signal → `<quantity>` or `<N>%`); absent: its defaults.
     #[serde(default)]
     pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Image garbage collection (`highThresholdPercent`, `lowThresholdPercent`,
+    /// `minimumAgeSeconds`); absent fields take the kubelet's defaults.
+    #[serde(default, rename = "imageGC")]
+    pub image_gc: Option<agent::imagegc::Policy>,
 }
 
 /// Graceful node shutdown: the kubelet's `shutdownGracePeriod`,
@@ -303,6 +307,8 @@ pub struct MachineConfig {
     pub node_shutdown: Vec<ShutdownGracePeriod>,
     /// Hard eviction thresholds as written (validated); None: the kubelet's defaults.
     pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Image garbage collection (validated); None: the kubelet's defaults.
+    pub image_gc: Option<agent::imagegc::Policy>,
 }
 
 /// A validated interface setting.
@@ -337,6 +343,7 @@ impl Default for MachineConfig {
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
             node_shutdown: Vec::new(),
             eviction_hard: None,
+            image_gc: None,
         }
     }
 }
@@ -549,7 +556,11 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
     if let Some(map) = &doc.eviction_hard {
         agent::pods::pressure::Thresholds::parse(map).map_err(|e| invalid("evictionHard", e.to_string()))?;
     }
+    if let Some(p) = &doc.image_gc {
+        p.validate().map_err(|e| invalid("imageGC", e.to_string()))?;
+    }
     Ok(MachineConfig {
+        image_gc: doc.image_gc,
         eviction_hard: doc.eviction_hard,
         node_shutdown,
         ephemeral_size,
@@ -714,6 +725,40 @@ mod tests {
         ] {
             let err = with(map).expect_err(map).to_string();
             assert!(err.contains(why), "{map}: {err}");
+        }
+    }
+
+    #[test]
+    fn image_gc_policy() {
+        let with = |section: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","imageGC":{section}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").image_gc)
+        };
+        let p = with(r#"{"highThresholdPercent":90,"minimumAgeSeconds":0}"#)
+            .expect("valid")
+            .expect("given");
+        assert_eq!(
+            (
+                p.high_threshold_percent,
+                p.low_threshold_percent,
+                p.minimum_age_seconds
+            ),
+            (90, 80, 0),
+            "absent fields take the defaults"
+        );
+        for (section, why) in [
+            (
+                r#"{"highThresholdPercent":50}"#,
+                "must be less than imageGCHighThresholdPercent",
+            ),
+            (
+                r#"{"highThresholdPercent":101,"lowThresholdPercent":1}"#,
+                "must be between 0 and 100",
+            ),
+            (r#"{"high":1}"#, "unknown field"),
+        ] {
+            let err = with(section).expect_err(section).to_string();
+            assert!(err.contains(why), "{section}: {err}");
         }
     }
 

@@ -1133,6 +1133,34 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
         kib(&capacity) - kib(&allocatable) == (64 + THRESHOLD_MIB) * 1024,
         "capacity {capacity}, allocatable {allocatable}"
     );
+    // The agent's settings through the API server's node proxy, as `kubectl get --raw` reads
+    // them (SEEDS-SPEC K30).
+    let configz = cp.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/configz")])?;
+    let configz: serde_json::Value = serde_json::from_str(&configz)?;
+    let kc = &configz["kubeletconfig"];
+    ensure!(
+        kc["evictionHard"] == serde_json::json!({"memory.available": format!("{THRESHOLD_MIB}Mi")})
+            && kc["mergeDefaultEvictionSettings"] == false
+            && kc["crashLoopBackOff"]["maxContainerRestartPeriod"] == "5m0s"
+            && kc["containerLogMaxSize"] == "10Mi"
+            && kc["containerLogMaxFiles"] == 5,
+        "configz: {configz}"
+    );
+    let healthz = cp.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/healthz")])?;
+    ensure!(healthz == "ok", "healthz through the proxy: {healthz:?}");
+    let missing = kubectl_status(
+        &cp,
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/nothing-here"),
+        ],
+        None,
+    )?;
+    ensure!(
+        missing.0 != Some(0) && missing.2.contains("NotFound"),
+        "an unknown agent path: {missing:?}"
+    );
     let image = guest_busybox();
     let mut keeper = pod("keeper", node, &image, "sleep 3600", "Always");
     keeper["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"memory": "16Mi"}});
@@ -1221,5 +1249,92 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
         "jsonpath={.status.phase}|{.status.containerStatuses[0].restartCount}",
     ])?;
     ensure!(keeper == "Running|0", "the Burstable pod was touched: {keeper}");
+    Ok(())
+}
+
+/// Image garbage collection (the kubelet's ImageGCManager) with thresholds low enough to act
+/// at once (1 % / 0 %, 5 s minimum age): the Node lists its images (largest first, by digest
+/// and reference); once the pod that used `layered:1` is deleted, that image is removed while
+/// `busybox:1`, used by a running pod, stays; not reaching the low threshold is reported as
+/// `FreeDiskSpaceFailed` on the Node.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn unused_images_are_garbage_collected() -> Result<()> {
+    let cp = ControlPlane::start()?;
+    let registry = qemu_tests::guest::registry_with(&["busybox:1".to_string(), "layered:1".to_string()])?;
+    let mut f = VmFactory::new("image-gc")?;
+    let mut nic = cp.nic();
+    nic.guest_forwards
+        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
+    let node = "gc-node";
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    config["imageGC"] =
+        serde_json::json!({"highThresholdPercent": 1, "lowThresholdPercent": 0, "minimumAgeSeconds": 5});
+    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_memory_mib(1024)
+        .with_nics(vec![nic])
+        .with_fw_cfg(machine_config);
+    let mut vm = f.start(&cfg)?;
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    let busybox = guest_busybox();
+    let layered = format!("{}:{}/layered:1", REGISTRY_GUEST.0, REGISTRY_GUEST.1);
+    cp.create(&pod("web", node, &busybox, "sleep 3600", "Always"))?;
+    cp.create(&pod("once", node, &layered, "cat /opaque/new", "Never"))?;
+    cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
+    cp.wait_for(&["pod", "once"], "{.status.phase}", |p| p == "Succeeded", POD)?;
+    let images = |cp: &ControlPlane| {
+        cp.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={range .status.images[*]}{.names[*]} {.sizeBytes}{\"\\n\"}{end}",
+        ])
+    };
+    // Both images listed (the status is posted every minute), each by digest and reference.
+    cp.wait_for(
+        &["node", node],
+        "{.status.images[*].names[*]}",
+        |n| n.contains(&layered) && n.contains(&busybox),
+        POD,
+    )?;
+    let listed = images(&cp)?;
+    ensure!(
+        listed.lines().all(|l| l.contains("@sha256:")) && listed.lines().count() == 2,
+        "node images:\n{listed}"
+    );
+    cp.kubectl(&["delete", "pod", "once", "--wait=true"])?;
+    let deadline = std::time::Instant::now() + POD;
+    loop {
+        let listed = images(&cp)?;
+        if !listed.contains(&layered) {
+            ensure!(listed.contains(&busybox), "the image in use went too:\n{listed}");
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "layered:1 still listed:\n{listed}\n{}",
+            qemu_tests::vm::tail(&vm.console(), 40)
+        );
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let removed = vm.wait_for_line("runtime: image removed", POD)?;
+    ensure!(removed.contains("layered:1"), "{removed}");
+    // The low threshold (0 %) cannot be reached: what the images hold is less than what the
+    // file system uses.
+    let events = cp.kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name} {.reason}: {.message}{\"\\n\"}{end}",
+    ])?;
+    ensure!(
+        events.contains(&format!(
+            "Node/{node} FreeDiskSpaceFailed: Failed to garbage collect required amount of images. Attempted to free "
+        )),
+        "events:\n{events}"
+    );
     Ok(())
 }

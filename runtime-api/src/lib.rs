@@ -32,3 +32,9 @@ pub use stats::{ContainerStats, CpuUsage, MemoryUsage, NetworkUsage, PodStats};
 
 /// Where the runtime listens on a node.
 pub const SOCKET: &str = "/run/nodeos/runtime.sock";
+/// Where the runtime keeps images (the image file system the agent's image GC measures).
+pub const IMAGE_ROOT: &str = "/var/lib/nodeos/images";
+/// Container logs rotate at this size (the kubelet's `containerLogMaxSize` default, 10Mi)...
+pub const LOG_MAX_SIZE: u64 = 10 * 1024 * 1024;
+/// ...keeping this many files per container, the live one included (`containerLogMaxFiles`).
+pub const LOG_MAX_FILES: usize = 5;

@@ -22,4 +22,4 @@ pub mod spec;
 mod sys;
 
 /// Where a node keeps its images.
-pub const IMAGE_ROOT: &str = "/var/lib/nodeos/images";
+pub use runtime_api::IMAGE_ROOT;

@@ -9,8 +9,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// Defaults of the kubelet's containerLogMaxSize / containerLogMaxFiles.
-pub const DEFAULT_MAX_SIZE: u64 = 10 * 1024 * 1024;
-pub const DEFAULT_MAX_FILES: usize = 5;
+pub use runtime_api::{LOG_MAX_FILES as DEFAULT_MAX_FILES, LOG_MAX_SIZE as DEFAULT_MAX_SIZE};
 /// Longest line kept whole; longer output is split into partial (`P`) records.
 pub const MAX_LINE: usize = 16 * 1024;
 

@@ -15,10 +15,10 @@
 //! kill channel. Not yet: service environment variables.
 
 mod admission;
-mod backoff;
+pub(crate) mod backoff;
 mod container;
 mod env;
-mod events;
+pub(crate) mod events;
 mod eviction;
 mod grpc;
 mod hooks;

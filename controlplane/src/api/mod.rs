@@ -300,6 +300,9 @@ impl Api {
                 };
                 answered.map(|v| json_response(201, &v))
             }
+            (Method::GET, ["api", "v1", "nodes", name, "proxy", rest @ ..]) => {
+                self.node_proxy(name, rest, req.uri().query()).await
+            }
             (_, ["api", ..]) | (_, ["apis", ..]) => match target.unwrap_or_else(|| parse_target(&segs)) {
                 Ok(t) => {
                     // Warnings raised while handling the request become `Warning` headers.

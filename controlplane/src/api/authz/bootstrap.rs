@@ -57,6 +57,7 @@ impl Api {
             super::rbac::PREFIX,
             super::node::PODS_PREFIX,
             super::node::CLAIMS_PREFIX,
+            super::node::VOLUMES_PREFIX,
         ] {
             let rev = self
                 .authz

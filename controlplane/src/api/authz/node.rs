@@ -1,6 +1,8 @@
 //! The Node authorizer and the NodeRestriction admission plugin. A node identity
 //! (`system:node:<name>` in `system:nodes`) reads the Secrets, ConfigMaps, claims and service
-//! account tokens of the pods bound to it (a graph of pod → object edges kept from the store),
+//! account tokens of the pods bound to it, the volumes bound to those claims and the Secrets
+//! those volumes name (a graph of pod → object, claim → volume and volume → secret edges kept
+//! from the store),
 //! its own Node and Lease, lists pods only with `spec.nodeName=<itself>`, and otherwise gets
 //! upstream's node rules; admission then keeps its writes to its own Node (not the
 //! `node-restriction.kubernetes.io/` labels nor taints) and the pods bound to it.
@@ -18,8 +20,10 @@ use crate::api::status::ApiError;
 pub(crate) const PODS_PREFIX: &str = "/registry/core/pods/";
 /// The store prefix of PersistentVolumeClaims (the graph's claim → volume edges).
 pub(crate) const CLAIMS_PREFIX: &str = "/registry/core/persistentvolumeclaims/";
+/// The store prefix of PersistentVolumes (the graph's volume → secret edges).
+pub(crate) const VOLUMES_PREFIX: &str = "/registry/core/persistentvolumes/";
 /// The store prefixes the graph is kept from.
-pub(crate) const GRAPH_PREFIXES: [&str; 2] = [PODS_PREFIX, CLAIMS_PREFIX];
+pub(crate) const GRAPH_PREFIXES: [&str; 3] = [PODS_PREFIX, CLAIMS_PREFIX, VOLUMES_PREFIX];
 /// Node labels a node may not set or change on itself.
 const RESTRICTED_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
 
@@ -118,8 +122,52 @@ struct ClaimSpec {
     volume_name: Option<String>,
 }
 
-/// Pods bound to nodes and the objects they reference, and claims bound to volumes. Fed by the
-/// store's ordered list and watch of pods and of claims, so only bound pods are kept.
+/// The Secrets a PersistentVolume names (upstream's `VisitPVSecretNames`): its source's
+/// `secretRef` (in `namespace`, else the claim's namespace for sources whose reference has none),
+/// `azureFile.secretName`/`secretNamespace`, and the CSI publish, stage, expand and controller
+/// secret references.
+fn pv_secrets(pv: &Value) -> Vec<(String, String)> {
+    let spec = &pv["spec"];
+    let claim_ns = spec["claimRef"]["namespace"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut add = |ns: Option<&str>, name: Option<&str>| {
+        if let (Some(ns), Some(name)) = (ns.filter(|n| !n.is_empty()), name.filter(|n| !n.is_empty())) {
+            out.push((ns.to_string(), name.to_string()));
+        }
+    };
+    for source in [
+        "cephfs",
+        "cinder",
+        "flexVolume",
+        "rbd",
+        "scaleIO",
+        "iscsi",
+        "storageos",
+    ] {
+        let r = &spec[source]["secretRef"];
+        add(r["namespace"].as_str().or(Some(claim_ns)), r["name"].as_str());
+    }
+    let az = &spec["azureFile"];
+    add(
+        az["secretNamespace"].as_str().or(Some(claim_ns)),
+        az["secretName"].as_str(),
+    );
+    for r in [
+        "controllerPublishSecretRef",
+        "nodePublishSecretRef",
+        "nodeStageSecretRef",
+        "controllerExpandSecretRef",
+        "nodeExpandSecretRef",
+    ] {
+        let r = &spec["csi"][r];
+        add(r["namespace"].as_str(), r["name"].as_str());
+    }
+    out
+}
+
+/// Pods bound to nodes and the objects they reference, claims bound to volumes, and the
+/// Secrets volumes name. Fed by the store's ordered list and watch of pods, claims and
+/// volumes, so only bound pods are kept.
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
     pods: HashMap<String, PodRefs>,
@@ -129,6 +177,10 @@ pub(crate) struct Graph {
     claims: HashMap<String, String>,
     /// Volume → (namespace, claim) of the claims bound to it.
     volumes: HashMap<String, Vec<(String, String)>>,
+    /// Volume → the Secrets it names.
+    volume_secrets: HashMap<String, Vec<(String, String)>>,
+    /// Secret (namespace, name) → the volumes naming it.
+    secret_volumes: HashMap<(String, String), Vec<String>>,
 }
 
 impl Graph {
@@ -136,6 +188,10 @@ impl Graph {
     pub(crate) fn apply(&mut self, key: &str, value: Option<&[u8]>) {
         if let Some(rest) = key.strip_prefix(CLAIMS_PREFIX) {
             self.apply_claim(key, rest, value);
+            return;
+        }
+        if let Some(volume) = key.strip_prefix(VOLUMES_PREFIX) {
+            self.apply_volume(volume, value);
             return;
         }
         let refs = value.and_then(refs_of);
@@ -201,7 +257,41 @@ impl Graph {
         self.claims.insert(key.to_string(), volume);
     }
 
+    /// Applies one stored PersistentVolume named `volume`: its secret edges.
+    fn apply_volume(&mut self, volume: &str, value: Option<&[u8]>) {
+        for secret in self.volume_secrets.remove(volume).unwrap_or_default() {
+            if let Some(list) = self.secret_volumes.get_mut(&secret) {
+                list.retain(|v| v != volume);
+                if list.is_empty() {
+                    self.secret_volumes.remove(&secret);
+                }
+            }
+        }
+        let secrets = value
+            .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+            .map(|pv| pv_secrets(&pv))
+            .unwrap_or_default();
+        if secrets.is_empty() {
+            return;
+        }
+        for secret in &secrets {
+            self.secret_volumes
+                .entry(secret.clone())
+                .or_default()
+                .push(volume.to_string());
+        }
+        self.volume_secrets.insert(volume.to_string(), secrets);
+    }
+
     fn related(&self, node: &str, kind: &'static str, ns: &str, name: &str) -> bool {
+        if kind == "secret"
+            && self
+                .secret_volumes
+                .get(&(ns.to_string(), name.to_string()))
+                .is_some_and(|vols| vols.iter().any(|v| self.related(node, "pv", "", v)))
+        {
+            return true;
+        }
         if kind == "pv" {
             return self.volumes.get(name).is_some_and(|claims| {
                 claims
@@ -219,6 +309,9 @@ impl Graph {
         if prefix == CLAIMS_PREFIX {
             self.claims.clear();
             self.volumes.clear();
+        } else if prefix == VOLUMES_PREFIX {
+            self.volume_secrets.clear();
+            self.secret_volumes.clear();
         } else {
             self.pods.clear();
             self.edges.clear();
@@ -642,6 +735,91 @@ mod tests {
             claim("pv-3"),
         );
         assert_eq!(authorize(&g, "n1", &get_pv("pv-3"), ""), Some(Ok(())));
+    }
+
+    #[test]
+    fn nodes_read_the_secrets_of_their_pods_volumes() {
+        let mut g = Graph::default();
+        let put =
+            |g: &mut Graph, key: &str, v: Value| g.apply(key, Some(&serde_json::to_vec(&v).expect("json")));
+        let get_secret = |ns, name| attrs("get", "", "secrets", "", ns, name);
+        let allowed =
+            |g: &Graph, node, ns, name| authorize(g, node, &get_secret(ns, name), "") == Some(Ok(()));
+        put(
+            &mut g,
+            "/registry/core/pods/db/p",
+            json!({"metadata": {"namespace": "db", "name": "p"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}],
+                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}}),
+        );
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            json!({"metadata": {"namespace": "db", "name": "data"}, "spec": {"volumeName": "pv-1"}}),
+        );
+        put(
+            &mut g,
+            "/registry/core/persistentvolumes/pv-1",
+            json!({"metadata": {"name": "pv-1"}, "spec": {
+                "claimRef": {"namespace": "db", "name": "data"},
+                "csi": {"driver": "d", "volumeHandle": "h",
+                    "nodePublishSecretRef": {"namespace": "storage", "name": "publish"},
+                    "nodeStageSecretRef": {"namespace": "storage", "name": "stage"},
+                    "controllerPublishSecretRef": {"namespace": "storage", "name": "controller"}}}}),
+        );
+        put(
+            &mut g,
+            "/registry/core/persistentvolumes/pv-2",
+            json!({"metadata": {"name": "pv-2"}, "spec": {
+                "claimRef": {"namespace": "db", "name": "other"},
+                "rbd": {"monitors": ["m"], "image": "i", "secretRef": {"name": "ceph"}},
+                "azureFile": {"secretName": "az", "shareName": "s"}}}),
+        );
+        for (ns, name) in [
+            ("storage", "publish"),
+            ("storage", "stage"),
+            ("storage", "controller"),
+        ] {
+            assert!(allowed(&g, "n1", ns, name), "{ns}/{name}");
+            assert!(!allowed(&g, "n2", ns, name), "{ns}/{name} from another node");
+        }
+        // pv-2's claim is no pod's of n1 (secretRef without a namespace is the claim's).
+        assert!(!allowed(&g, "n1", "db", "ceph") && !allowed(&g, "n1", "db", "az"));
+        put(
+            &mut g,
+            "/registry/core/persistentvolumeclaims/db/data",
+            json!({"metadata": {"namespace": "db", "name": "data"}, "spec": {"volumeName": "pv-2"}}),
+        );
+        assert!(allowed(&g, "n1", "db", "ceph") && allowed(&g, "n1", "db", "az"));
+        assert!(
+            !allowed(&g, "n1", "storage", "publish"),
+            "the claim moved to pv-2"
+        );
+        // The volume changes its references; then it goes; a relist forgets volumes only.
+        put(
+            &mut g,
+            "/registry/core/persistentvolumes/pv-2",
+            json!({"metadata": {"name": "pv-2"}, "spec": {"claimRef": {"namespace": "db", "name": "data"},
+                "cephfs": {"monitors": ["m"], "secretRef": {"namespace": "ceph", "name": "key"}}}}),
+        );
+        assert!(!allowed(&g, "n1", "db", "ceph") && allowed(&g, "n1", "ceph", "key"));
+        g.apply("/registry/core/persistentvolumes/pv-2", None);
+        assert!(!allowed(&g, "n1", "ceph", "key"));
+        put(
+            &mut g,
+            "/registry/core/persistentvolumes/pv-2",
+            json!({"metadata": {"name": "pv-2"}, "spec": {"cephfs": {"secretRef": {"namespace": "ceph", "name": "key"}}}}),
+        );
+        g.clear(VOLUMES_PREFIX);
+        assert!(!allowed(&g, "n1", "ceph", "key"));
+        assert!(
+            authorize(
+                &g,
+                "n1",
+                &attrs("get", "", "persistentvolumes", "", "", "pv-2"),
+                ""
+            ) == Some(Ok(()))
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 
 use super::{agent_error, pick_container};
 use crate::api::Api;
@@ -46,24 +46,7 @@ impl Api {
         if resp.status() != http::StatusCode::OK {
             return Err(agent_error(&agent.node, resp).await);
         }
-        let (tx, out_body) = transport::body::channel(16);
-        let mut body = resp.into_body();
-        tokio::spawn(async move {
-            loop {
-                // A client that leaves ends the agent request too (a quiet `logs -f` included).
-                let frame = tokio::select! {
-                    f = body.frame() => f,
-                    _ = tx.closed() => return,
-                };
-                let Some(Ok(frame)) = frame else { return };
-                if let Ok(data) = frame.into_data()
-                    && tx.send(data).await.is_err()
-                {
-                    return;
-                }
-            }
-        });
-        let mut out = Response::new(out_body);
+        let mut out = Response::new(super::proxy::relay(resp.into_body()));
         out.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         Ok(out)

@@ -1,6 +1,7 @@
-//! The pod subresources served by the node agent: `pods/<name>/log` (the agent's
-//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through) and `pods/<name>/exec`
-//! (a WebSocket upgrade spliced to the agent's `/exec/...`).
+//! The subresources served by the node agent: `pods/<name>/log` (the agent's
+//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through), `pods/<name>/exec` (a
+//! WebSocket upgrade spliced to the agent's `/exec/...`) and `nodes/<name>/proxy/<path>` (a GET
+//! relayed to the agent).
 //!
 //! The agent is reached at the address its Node reports (written only by that node's identity or
 //! an administrator, NodeRestriction): the `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`,
@@ -16,6 +17,7 @@
 
 mod exec;
 mod logs;
+mod proxy;
 mod tls;
 
 pub(crate) use tls::AgentTlsError;
