@@ -216,10 +216,7 @@ pub fn is_node_critical_pod(pod: &Pod) -> bool {
 }
 
 fn memory_request(c: &Container) -> i128 {
-    c.resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("memory"))
+    crate::resources::container_request(c, "memory")
         .and_then(|q| quantity::bytes(&q.0))
         .map_or(0, i128::from)
 }

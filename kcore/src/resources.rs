@@ -107,6 +107,11 @@ enum Missing {
     NonZero,
 }
 
+/// The quantity a container requests of `resource`, as written.
+pub fn container_request<'a>(c: &'a Container, resource: &str) -> Option<&'a Quantity> {
+    c.resources.as_ref()?.requests.as_ref()?.get(resource)
+}
+
 fn container_requests(c: &Container, missing: Missing) -> Resources {
     let list = c.resources.as_ref().and_then(|r| r.requests.as_ref());
     let mut r = Resources::from_list(list);

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use qemu_tests::cluster::ControlPlane;
 use qemu_tests::guest::{REGISTRY_GUEST, busybox_registry, guest_busybox};
-use qemu_tests::vm::{Arch, VmConfig, VmFactory, out_dir};
+use qemu_tests::registry::TestRegistry;
+use qemu_tests::vm::{Arch, Vm, VmConfig, VmFactory, out_dir};
 
 const BOOT: Duration = Duration::from_secs(300);
 const POD: Duration = Duration::from_secs(180);
@@ -152,27 +153,42 @@ fn pod(name: &str, node: &str, image: &str, script: &str, restart: &str) -> serd
     })
 }
 
-#[test]
-#[ignore = "needs VM images: ./build.sh test vm"]
-fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
-    let cp = ControlPlane::start()?;
-    let registry = busybox_registry()?;
-    let mut f = VmFactory::new("pods")?;
+/// Boots an x86_64 node VM (1 GiB) named `node` that joins `cp` and pulls from `registry`,
+/// its agent reachable through a host forward, its machine config changed by `tweak`; returns
+/// once the agent registered, with the machine config it booted with.
+fn boot_node(
+    cp: &ControlPlane,
+    registry: &TestRegistry,
+    factory: &str,
+    node: &str,
+    tweak: impl FnOnce(&mut serde_json::Value),
+) -> Result<(VmFactory, Vm, String)> {
+    let mut f = VmFactory::new(factory)?;
     let mut nic = cp.nic();
     nic.guest_forwards
         .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
-    let node = "pods-node";
-    // Writable layers, logs and pod volumes on a 256 MiB file system of their own.
-    let mut machine_config: serde_json::Value =
-        serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
-    machine_config["storage"] = serde_json::json!({"ephemeralSize": "256Mi"});
-    let machine_config = cp.expose_agent(&mut nic, &machine_config.to_string())?;
+    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
+    tweak(&mut config);
+    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_memory_mib(1024)
         .with_nics(vec![nic])
         .with_fw_cfg(machine_config.clone());
     let mut vm = f.start(&cfg)?;
     vm.wait_for_line("agent: node registered", BOOT)?;
+    Ok((f, vm, machine_config))
+}
+
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let node = "pods-node";
+    // Writable layers, logs and pod volumes on a 256 MiB file system of their own.
+    let (_f, mut vm, machine_config) = boot_node(&cp, &registry, "pods", node, |c| {
+        c["storage"] = serde_json::json!({"ephemeralSize": "256Mi"});
+    })?;
     // The node's daemons run at the kubelet's oom_score_adj (the runtime suite checks that the
     // runtime keeps it while it creates containers).
     for daemon in ["agent", "runtime"] {
@@ -837,20 +853,10 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
     const KILLS: usize = 10;
     let cp = ControlPlane::start()?;
     let registry = busybox_registry()?;
-    let mut f = VmFactory::new("agent-restarts")?;
-    let mut nic = cp.nic();
-    nic.guest_forwards
-        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "restart-node";
-    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
-    config["debug"] = serde_json::json!({"killAgent": {"afterSeconds": 20, "times": KILLS}});
-    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
-    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
-        .with_memory_mib(1024)
-        .with_nics(vec![nic])
-        .with_fw_cfg(machine_config);
-    let mut vm = f.start(&cfg)?;
-    vm.wait_for_line("agent: node registered", BOOT)?;
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "agent-restarts", node, |c| {
+        c["debug"] = serde_json::json!({"killAgent": {"afterSeconds": 20, "times": KILLS}});
+    })?;
     let image = guest_busybox();
     for i in 0..PODS - 1 {
         cp.create(&pod(&format!("p{i}"), node, &image, "sleep 3600", "Always"))?;
@@ -984,21 +990,11 @@ fn graceful_node_shutdown_stops_pods_by_priority() -> Result<()> {
     const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
     let cp = ControlPlane::start()?;
     let registry = busybox_registry()?;
-    let mut f = VmFactory::new("node-shutdown")?;
-    let mut nic = cp.nic();
-    nic.guest_forwards
-        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "shutdown-node";
-    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
-    config["nodeShutdown"] =
-        serde_json::json!({"gracePeriodSeconds": 25, "criticalPodsGracePeriodSeconds": 10});
-    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
-    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
-        .with_memory_mib(1024)
-        .with_nics(vec![nic])
-        .with_fw_cfg(machine_config);
-    let mut vm = f.start(&cfg)?;
-    vm.wait_for_line("agent: node registered", BOOT)?;
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "node-shutdown", node, |c| {
+        c["nodeShutdown"] =
+            serde_json::json!({"gracePeriodSeconds": 25, "criticalPodsGracePeriodSeconds": 10});
+    })?;
     let image = guest_busybox();
     // Exits on SIGTERM (a shell that traps it; sleeps are short so the trap runs soon).
     let polite = "trap 'echo bye; exit 0' TERM; while true; do sleep 1; done";
@@ -1106,20 +1102,10 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
     const THRESHOLD_MIB: u64 = 400;
     let cp = ControlPlane::start()?;
     let registry = busybox_registry()?;
-    let mut f = VmFactory::new("memory-pressure")?;
-    let mut nic = cp.nic();
-    nic.guest_forwards
-        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "pressure-node";
-    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
-    config["evictionHard"] = serde_json::json!({"memory.available": format!("{THRESHOLD_MIB}Mi")});
-    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
-    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
-        .with_memory_mib(1024)
-        .with_nics(vec![nic])
-        .with_fw_cfg(machine_config);
-    let mut vm = f.start(&cfg)?;
-    vm.wait_for_line("agent: node registered", BOOT)?;
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "memory-pressure", node, |c| {
+        c["evictionHard"] = serde_json::json!({"memory.available": format!("{THRESHOLD_MIB}Mi")});
+    })?;
     // Allocatable memory leaves the threshold out (NODE-9).
     let capacity = cp.wait_for(
         &["node", node],
@@ -1262,21 +1248,11 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
 fn unused_images_are_garbage_collected() -> Result<()> {
     let cp = ControlPlane::start()?;
     let registry = qemu_tests::guest::registry_with(&["busybox:1".to_string(), "layered:1".to_string()])?;
-    let mut f = VmFactory::new("image-gc")?;
-    let mut nic = cp.nic();
-    nic.guest_forwards
-        .push((REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry.port));
     let node = "gc-node";
-    let mut config: serde_json::Value = serde_json::from_str(&cp.machine_config_with_registry(node)?)?;
-    config["imageGC"] =
-        serde_json::json!({"highThresholdPercent": 1, "lowThresholdPercent": 0, "minimumAgeSeconds": 5});
-    let machine_config = cp.expose_agent(&mut nic, &config.to_string())?;
-    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
-        .with_memory_mib(1024)
-        .with_nics(vec![nic])
-        .with_fw_cfg(machine_config);
-    let mut vm = f.start(&cfg)?;
-    vm.wait_for_line("agent: node registered", BOOT)?;
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "image-gc", node, |c| {
+        c["imageGC"] =
+            serde_json::json!({"highThresholdPercent": 1, "lowThresholdPercent": 0, "minimumAgeSeconds": 5});
+    })?;
     let busybox = guest_busybox();
     let layered = format!("{}:{}/layered:1", REGISTRY_GUEST.0, REGISTRY_GUEST.1);
     cp.create(&pod("web", node, &busybox, "sleep 3600", "Always"))?;

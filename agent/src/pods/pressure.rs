@@ -348,12 +348,7 @@ pub fn message(threshold: &Threshold, obs: &Observation, victim: &Candidate) -> 
         let Some(&used) = victim.containers.get(&c.name) else {
             continue;
         };
-        let request = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get(resource))
-            .map(|q| q.0.clone());
+        let request = kcore::resources::container_request(c, resource).map(|q| q.0.clone());
         let requested = request.as_deref().and_then(kcore::quantity::bytes).unwrap_or(0);
         if used > requested {
             m.push_str(&format!(

@@ -196,11 +196,7 @@ fn pod_requests(
             if container.is_some_and(|want| want != c.name) {
                 continue;
             }
-            let request = c
-                .resources
-                .as_ref()
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|r| r.get(resource))
+            let request = kcore::resources::container_request(c, resource)
                 .and_then(|q| milli_value(&q.0))
                 .ok_or_else(|| CalcError::MissingRequest {
                     resource: resource.into(),
