@@ -5,14 +5,16 @@
 
 use serde_json::{Value, json};
 
-use crate::pods::backoff::go_duration;
 use crate::pods::pressure::{Amount, Thresholds};
 use crate::settings::{AgentSettings, SYSTEM_CRITICAL_PRIORITY, ShutdownGracePeriod};
+use kcore::time::go_duration;
 
-/// `evictionHard` as the kubelet prints it: signal → `<quantity>` or `<N>%`.
-fn eviction_hard(t: &Thresholds) -> Value {
+/// `evictionHard` (`soft` false) or `evictionSoft` as the kubelet prints them: signal →
+/// `<quantity>` or `<N>%`.
+fn eviction_map(t: &Thresholds, soft: bool) -> Value {
     let map: serde_json::Map<String, Value> =
         t.0.iter()
+            .filter(|t| t.grace_period.is_some() == soft)
             .map(|t| {
                 let v = match t.amount {
                     Amount::Quantity(q, binary) => kcore::quantity::format_bytes(q, binary),
@@ -71,7 +73,14 @@ pub fn configz(settings: &AgentSettings, thresholds: &Thresholds) -> Value {
         "maxPods": 110,
         "nodeStatusUpdateFrequency": go_duration(crate::node::STATUS_UPDATE),
         "nodeLeaseDurationSeconds": crate::node::LEASE_DURATION_SECONDS,
-        "evictionHard": eviction_hard(thresholds),
+        "evictionHard": eviction_map(thresholds, false),
+        "evictionSoft": eviction_map(thresholds, true),
+        "evictionSoftGracePeriod": thresholds
+            .0
+            .iter()
+            .filter_map(|t| Some((t.signal.name().to_string(), Value::String(go_duration(t.grace_period?)))))
+            .collect::<serde_json::Map<String, Value>>(),
+        "evictionMaxPodGracePeriod": settings.eviction.eviction_max_pod_grace_period,
         "evictionPressureTransitionPeriod": go_duration(crate::pods::pressure::TRANSITION_PERIOD),
         "mergeDefaultEvictionSettings": false,
         "crashLoopBackOff": {"maxContainerRestartPeriod": go_duration(crate::pods::backoff::MAX)},
@@ -106,7 +115,7 @@ mod tests {
             control_plane: None,
             insecure_registries: vec![],
             shutdown_grace_period_by_pod_priority: bands,
-            eviction_hard: None,
+            eviction: Default::default(),
             image_gc: None,
         }
     }
@@ -121,6 +130,14 @@ mod tests {
             json!({"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"})
         );
         assert_eq!(kc["mergeDefaultEvictionSettings"], json!(false));
+        assert_eq!(
+            (
+                &kc["evictionSoft"],
+                &kc["evictionSoftGracePeriod"],
+                &kc["evictionMaxPodGracePeriod"]
+            ),
+            (&json!({}), &json!({}), &json!(0))
+        );
         assert_eq!(
             kc["crashLoopBackOff"],
             json!({"maxContainerRestartPeriod": "5m0s"})
@@ -159,6 +176,29 @@ mod tests {
                 shutdown_grace_period_seconds: 10,
             },
         ];
+        let mut soft = settings(bands.clone());
+        soft.eviction = crate::pods::pressure::EvictionConfig {
+            eviction_soft: [("memory.available".to_string(), "300Mi".to_string())].into(),
+            eviction_soft_grace_period: [("memory.available".to_string(), "90s".to_string())].into(),
+            eviction_max_pod_grace_period: 20,
+            ..Default::default()
+        };
+        let t = soft.thresholds().expect("valid");
+        let kc = configz(&soft, &t)["kubeletconfig"].clone();
+        assert_eq!(
+            (
+                &kc["evictionHard"]["memory.available"],
+                &kc["evictionSoft"],
+                &kc["evictionSoftGracePeriod"],
+                &kc["evictionMaxPodGracePeriod"]
+            ),
+            (
+                &json!("100Mi"),
+                &json!({"memory.available": "300Mi"}),
+                &json!({"memory.available": "1m30s"}),
+                &json!(20)
+            )
+        );
         let by = configz(&settings(bands), &Thresholds::default());
         assert_eq!(
             by["kubeletconfig"]["shutdownGracePeriodByPodPriority"],

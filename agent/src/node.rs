@@ -588,6 +588,7 @@ pub async fn run(
             insecure_registries: settings.insecure_registries.clone(),
             shutdown_bands: settings.shutdown_grace_period_by_pod_priority.clone(),
             thresholds,
+            max_pod_grace: settings.eviction.eviction_max_pod_grace_period,
         },
         state.clone(),
         pressure.clone(),

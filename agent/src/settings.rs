@@ -25,10 +25,9 @@ pub struct AgentSettings {
     /// Graceful node shutdown (docs/SEEDS-SPEC.md NODE-68); empty: off, as upstream's default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGracePeriod>,
-    /// Hard eviction thresholds (signal → quantity or percentage); None: the kubelet's
-    /// defaults (docs/SEEDS-SPEC.md NODE-46).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Eviction thresholds (docs/SEEDS-SPEC.md NODE-46): hard, soft with grace periods.
+    #[serde(default)]
+    pub eviction: crate::pods::pressure::EvictionConfig,
     /// Image garbage collection; None: the kubelet's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_gc: Option<crate::imagegc::Policy>,
@@ -106,14 +105,11 @@ pub enum SettingsError {
 }
 
 impl AgentSettings {
-    /// The node's hard eviction thresholds: the configured ones, or the kubelet's defaults.
+    /// The node's eviction thresholds: the configured ones, or the kubelet's defaults.
     pub fn thresholds(
         &self,
     ) -> Result<crate::pods::pressure::Thresholds, crate::pods::pressure::ThresholdError> {
-        match &self.eviction_hard {
-            Some(map) => crate::pods::pressure::Thresholds::parse(map),
-            None => Ok(crate::pods::pressure::Thresholds::default()),
-        }
+        self.eviction.thresholds()
     }
 
     /// Writes the settings to `path` (mode 0600), creating its directory.
@@ -205,7 +201,10 @@ mod tests {
                 priority: 0,
                 shutdown_grace_period_seconds: 20,
             }],
-            eviction_hard: Some([("memory.available".to_string(), "200Mi".to_string())].into()),
+            eviction: crate::pods::pressure::EvictionConfig {
+                eviction_hard: Some([("memory.available".to_string(), "200Mi".to_string())].into()),
+                ..Default::default()
+            },
             image_gc: Some(crate::imagegc::Policy {
                 high_threshold_percent: 50,
                 ..crate::imagegc::Policy::default()

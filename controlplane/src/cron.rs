@@ -202,35 +202,6 @@ fn field(text: &str, f: &Field) -> Result<Bits, ScheduleError> {
     Ok(out)
 }
 
-/// Go's `time.ParseDuration` for what `@every` takes (`90s`, `1h30m`, `1.5h`, `500ms`).
-fn go_duration(s: &str) -> Option<Duration> {
-    let mut rest = s;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let n: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * scale;
-        rest = &rest[unit_len..];
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 /// Parses `spec` as upstream's `cron.ParseStandard`.
 pub fn parse(spec: &str) -> Result<Schedule, ScheduleError> {
     let mut spec = spec.trim();
@@ -246,7 +217,8 @@ pub fn parse(spec: &str) -> Result<Schedule, ScheduleError> {
         spec = rest.trim();
     }
     if let Some(every) = spec.strip_prefix("@every ") {
-        let d = go_duration(every.trim()).ok_or_else(|| ScheduleError::Every(every.trim().into()))?;
+        let d = kcore::time::parse_go_duration(every.trim())
+            .ok_or_else(|| ScheduleError::Every(every.trim().into()))?;
         // robfig: at least one second, whole seconds.
         let secs = d.as_secs().max(1);
         return Ok(Schedule::Every(Duration::from_secs(secs)));

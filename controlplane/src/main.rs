@@ -270,30 +270,7 @@ impl ControllerTunables {
 
 /// A Go duration: numbers with units `h`, `m`, `s`, `ms` (e.g. `1m30s`, `500ms`).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?} (e.g. 5s, 1m30s, 500ms)");
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let secs = match &rest[..unit_len] {
-            "h" => n * 3600.0,
-            "m" => n * 60.0,
-            "s" => n,
-            "ms" => n / 1000.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::from_secs_f64(secs);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    kcore::time::parse_go_duration(s).ok_or_else(|| format!("invalid duration {s:?} (e.g. 5s, 1m30s, 500ms)"))
 }
 
 #[derive(Debug, clap::Args)]

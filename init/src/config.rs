@@ -90,6 +90,14 @@ pub struct MachineConfigDoc {
     /// The kubelet's `evictionHard` (signal → `<quantity>` or `<N>%`); absent: its defaults.
     #[serde(default)]
     pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// The kubelet's `evictionSoft`, `evictionSoftGracePeriod` (Go durations) and
+    /// `evictionMaxPodGracePeriod` (seconds).
+    #[serde(default)]
+    pub eviction_soft: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub eviction_soft_grace_period: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub eviction_max_pod_grace_period: u64,
     /// Image garbage collection (`highThresholdPercent`, `lowThresholdPercent`,
     /// `minimumAgeSeconds`); absent fields take the kubelet's defaults.
     #[serde(default, rename = "imageGC")]
@@ -305,8 +313,8 @@ pub struct MachineConfig {
     pub ephemeral_size: String,
     /// Graceful node shutdown's priority bands (empty: off).
     pub node_shutdown: Vec<ShutdownGracePeriod>,
-    /// Hard eviction thresholds as written (validated); None: the kubelet's defaults.
-    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Eviction thresholds as written (validated).
+    pub eviction: agent::pods::pressure::EvictionConfig,
     /// Image garbage collection (validated); None: the kubelet's defaults.
     pub image_gc: Option<agent::imagegc::Policy>,
 }
@@ -342,7 +350,7 @@ impl Default for MachineConfig {
             insecure_registries: Vec::new(),
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
             node_shutdown: Vec::new(),
-            eviction_hard: None,
+            eviction: Default::default(),
             image_gc: None,
         }
     }
@@ -553,15 +561,21 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
             .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
     )?;
     let node_shutdown = node_shutdown(doc.node_shutdown)?;
-    if let Some(map) = &doc.eviction_hard {
-        agent::pods::pressure::Thresholds::parse(map).map_err(|e| invalid("evictionHard", e.to_string()))?;
-    }
+    let eviction = agent::pods::pressure::EvictionConfig {
+        eviction_hard: doc.eviction_hard,
+        eviction_soft: doc.eviction_soft,
+        eviction_soft_grace_period: doc.eviction_soft_grace_period,
+        eviction_max_pod_grace_period: doc.eviction_max_pod_grace_period,
+    };
+    eviction
+        .thresholds()
+        .map_err(|e| invalid("eviction", e.to_string()))?;
     if let Some(p) = &doc.image_gc {
         p.validate().map_err(|e| invalid("imageGC", e.to_string()))?;
     }
     Ok(MachineConfig {
         image_gc: doc.image_gc,
-        eviction_hard: doc.eviction_hard,
+        eviction,
         node_shutdown,
         ephemeral_size,
         control_plane,
@@ -694,15 +708,12 @@ mod tests {
     fn eviction_thresholds() {
         let with = |map: &str| {
             let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","evictionHard":{map}}}"#);
-            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").eviction_hard)
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").eviction.eviction_hard)
         };
         let doc = br#"{"apiVersion":"nodeos/v1alpha1"}"#;
         assert_eq!(
-            load(Some(doc), "")
-                .expect("valid")
-                .expect("present")
-                .eviction_hard,
-            None
+            load(Some(doc), "").expect("valid").expect("present").eviction,
+            agent::pods::pressure::EvictionConfig::default()
         );
         let given = with(r#"{"memory.available":"600Mi","nodefs.available":"7.5%"}"#).expect("valid");
         assert_eq!(
@@ -726,6 +737,22 @@ mod tests {
             let err = with(map).expect_err(map).to_string();
             assert!(err.contains(why), "{map}: {err}");
         }
+        // Soft thresholds need their grace period.
+        let soft = |extra: &str| {
+            let doc = format!(
+                r#"{{"apiVersion":"nodeos/v1alpha1","evictionSoft":{{"memory.available":"300Mi"}}{extra}}}"#
+            );
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").eviction)
+        };
+        let e =
+            soft(r#","evictionSoftGracePeriod":{"memory.available":"1m30s"},"evictionMaxPodGracePeriod":20"#)
+                .expect("valid");
+        assert_eq!(e.eviction_max_pod_grace_period, 20);
+        let err = soft("").expect_err("no grace").to_string();
+        assert!(
+            err.contains("grace period must be specified for the soft eviction threshold memory.available"),
+            "{err}"
+        );
     }
 
     #[test]

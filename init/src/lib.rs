@@ -187,7 +187,7 @@ fn write_agent_config(cfg: &MachineConfig, hostname: &str, configured: &[network
         }),
         insecure_registries: cfg.insecure_registries.clone(),
         shutdown_grace_period_by_pod_priority: cfg.node_shutdown.clone(),
-        eviction_hard: cfg.eviction_hard.clone(),
+        eviction: cfg.eviction.clone(),
         image_gc: cfg.image_gc,
     };
     if let Err(e) = settings.write(Path::new(agent::settings::PATH)) {

@@ -34,9 +34,86 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp())
 }
 
+/// Go's `time.ParseDuration`: numbers (with an optional fraction) each followed by a unit
+/// (`h`, `m`, `s`, `ms`, `us`/`µs`, `ns`), e.g. `90s`, `1h30m`, `1.5h`, `500ms`; a bare `0`.
+/// None when malformed (signs are not taken: no caller wants a negative duration).
+pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_len..];
+    }
+    std::time::Duration::try_from_secs_f64(total).ok()
+}
+
+/// Go's `time.Duration.String()` of the whole seconds of `d` (`0s`, `90s` → `1m30s`,
+/// `1h0m0s`).
+pub fn go_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec}s"),
+        (h, m, sec) => format!("{h}h{m}m{sec}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_parse_and_print_as_go() {
+        use std::time::Duration;
+        for (text, want) in [
+            ("90s", Some(Duration::from_secs(90))),
+            ("1h30m", Some(Duration::from_secs(5400))),
+            ("1.5h", Some(Duration::from_secs(5400))),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("1m0.5s", Some(Duration::from_millis(60_500))),
+            ("0", Some(Duration::ZERO)),
+            ("0s", Some(Duration::ZERO)),
+            ("", None),
+            ("5", None),
+            ("5x", None),
+            ("-5s", None),
+            ("s", None),
+        ] {
+            assert_eq!(parse_go_duration(text), want, "{text:?}");
+        }
+        for (secs, text) in [
+            (0, "0s"),
+            (59, "59s"),
+            (90, "1m30s"),
+            (300, "5m0s"),
+            (3600, "1h0m0s"),
+            (3661, "1h1m1s"),
+        ] {
+            assert_eq!(go_duration(Duration::from_secs(secs)), text);
+        }
+    }
 
     #[test]
     fn formats_round_trip() {

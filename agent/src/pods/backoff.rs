@@ -56,19 +56,10 @@ impl Backoff {
     }
 }
 
-/// A duration as Go prints it (`10s`, `1m20s`, `5m0s`), for the kubelet's messages.
-pub fn go_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kcore::time::go_duration;
 
     fn at(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use kcore::time::go_duration;
 
 /// The health service's path.
 pub const CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
@@ -28,16 +29,6 @@ pub enum GrpcError {
     Failed(String),
     #[error("service unhealthy (responded with \"{0}\")")]
     Unhealthy(String),
-}
-
-/// Go's `time.Duration` text of whole seconds (`1s`, `1m30s`, `1h0m0s`).
-pub fn go_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, sec) => format!("{m}m{sec}s"),
-        (h, m, sec) => format!("{h}h{m}m{sec}s"),
-    }
 }
 
 /// gRPC status code names, as grpc-go prints them.

@@ -58,8 +58,10 @@ pub struct PodSettings {
     pub insecure_registries: Vec<String>,
     /// Graceful node shutdown's priority bands (empty: off).
     pub shutdown_bands: Vec<ShutdownGracePeriod>,
-    /// Hard eviction thresholds.
+    /// Eviction thresholds.
     pub thresholds: pressure::Thresholds,
+    /// `evictionMaxPodGracePeriod` (soft evictions).
+    pub max_pod_grace: u64,
 }
 
 /// The runtime's sandboxes and containers (None when the runtime cannot be reached).
@@ -228,7 +230,7 @@ pub async fn run(
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
     let mut evict = tokio::time::interval(pressure::INTERVAL);
     evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut evictor = pressure::Evictor::new(settings.thresholds.clone());
+    let mut evictor = pressure::Evictor::new(settings.thresholds.clone(), settings.max_pod_grace);
     let mut state_rx = state.subscribe();
     let mut shutting_down = false;
     if *state_rx.borrow_and_update() == NodeState::ShuttingDown {

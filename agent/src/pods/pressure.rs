@@ -86,11 +86,14 @@ impl Amount {
     }
 }
 
-/// A hard eviction threshold: the signal is met when what is available is below the amount.
+/// An eviction threshold: the signal is met when what is available is below the amount.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Threshold {
     pub signal: Signal,
     pub amount: Amount,
+    /// A soft threshold's grace period: it evicts only once met this long (None: hard, it
+    /// evicts at once).
+    pub grace_period: Option<Duration>,
 }
 
 /// Why an `evictionHard` entry is refused.
@@ -102,11 +105,57 @@ pub enum ThresholdError {
     Signal(String),
     #[error("{signal}: {value:?} is not a quantity or a percentage between 0% and 100%")]
     Value { signal: String, value: String },
+    #[error("grace period must be specified for the soft eviction threshold {0}")]
+    NoGracePeriod(String),
+    #[error("{signal}: invalid eviction grace period {value:?} (a duration such as 90s or 1m30s)")]
+    GracePeriod { signal: String, value: String },
 }
 
-/// The node's hard thresholds.
+/// The node's thresholds, hard and soft.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds(pub Vec<Threshold>);
+
+/// The machine config's eviction settings (the kubelet's field names, as written).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionConfig {
+    /// `evictionHard`; None: the kubelet's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// `evictionSoft`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_soft: BTreeMap<String, String>,
+    /// `evictionSoftGracePeriod`: signal → Go duration.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// `evictionMaxPodGracePeriod`: the longest grace a pod evicted at a soft threshold gets.
+    #[serde(default)]
+    pub eviction_max_pod_grace_period: u64,
+}
+
+impl EvictionConfig {
+    /// The thresholds it names (hard ones first), or why they are refused.
+    pub fn thresholds(&self) -> Result<Thresholds, ThresholdError> {
+        let mut t = match &self.eviction_hard {
+            Some(map) => Thresholds::parse(map)?,
+            None => Thresholds::default(),
+        };
+        for mut soft in Thresholds::parse(&self.eviction_soft)?.0 {
+            let name = soft.signal.name();
+            let text = self
+                .eviction_soft_grace_period
+                .get(name)
+                .ok_or_else(|| ThresholdError::NoGracePeriod(name.into()))?;
+            let grace = kcore::time::parse_go_duration(text).ok_or_else(|| ThresholdError::GracePeriod {
+                signal: name.into(),
+                value: text.clone(),
+            })?;
+            soft.grace_period = Some(grace);
+            t.0.push(soft);
+        }
+        Ok(t)
+    }
+}
 
 impl Default for Thresholds {
     /// The kubelet's Linux defaults for the signals observed here: `memory.available<100Mi`,
@@ -116,14 +165,17 @@ impl Default for Thresholds {
             Threshold {
                 signal: Signal::MemoryAvailable,
                 amount: Amount::Quantity(kcore::allocatable::EVICTION_HARD_MEMORY, true),
+                grace_period: None,
             },
             Threshold {
                 signal: Signal::NodefsAvailable,
                 amount: Amount::Percent(kcore::allocatable::EVICTION_HARD_NODEFS_PERCENT),
+                grace_period: None,
             },
             Threshold {
                 signal: Signal::NodefsInodesFree,
                 amount: Amount::Percent(5.0),
+                grace_period: None,
             },
         ])
     }
@@ -162,17 +214,21 @@ impl Thresholds {
                 }
                 Amount::Quantity(q, kcore::quantity::is_binary(value))
             };
-            out.push(Threshold { signal, amount });
+            out.push(Threshold {
+                signal,
+                amount,
+                grace_period: None,
+            });
         }
         Ok(Thresholds(out))
     }
 
-    /// What the signal's threshold keeps back of `capacity` (0 without one): allocatable is
-    /// capacity minus this (NODE-9).
+    /// What the signal's hard threshold keeps back of `capacity` (0 without one): allocatable
+    /// is capacity minus this (NODE-9; soft thresholds are not subtracted).
     pub fn reserved(&self, signal: Signal, capacity: u64) -> u64 {
         self.0
             .iter()
-            .find(|t| t.signal == signal)
+            .find(|t| t.signal == signal && t.grace_period.is_none())
             .map_or(0, |t| t.amount.of(capacity).min(capacity))
     }
 }
@@ -184,7 +240,8 @@ pub struct Observation {
     pub capacity: u64,
 }
 
-/// The thresholds met by `obs`, memory first (upstream reclaims memory before disk).
+/// The thresholds met by `obs`, memory first (upstream reclaims memory before disk), hard
+/// before soft.
 pub fn met(thresholds: &Thresholds, obs: &BTreeMap<Signal, Observation>) -> Vec<(Threshold, Observation)> {
     let mut met: Vec<(Threshold, Observation)> = thresholds
         .0
@@ -194,7 +251,7 @@ pub fn met(thresholds: &Thresholds, obs: &BTreeMap<Signal, Observation>) -> Vec<
             (o.available < t.amount.of(o.capacity)).then_some((*t, *o))
         })
         .collect();
-    met.sort_by_key(|(t, _)| t.signal);
+    met.sort_by_key(|(t, _)| (t.signal, t.grace_period.is_some()));
     met
 }
 
@@ -219,17 +276,27 @@ impl Pressure {
     }
 }
 
-/// When each condition's threshold was last met.
+/// When each condition's threshold was last met, and since when each threshold is met.
 #[derive(Debug, Clone, Default)]
 pub struct Tracker {
     memory: Option<SystemTime>,
     disk: Option<SystemTime>,
+    /// (signal, soft) → when it was first met, in the run of observations that still meets it.
+    since: BTreeMap<(Signal, bool), SystemTime>,
 }
 
 impl Tracker {
     /// Records what is met at `now`; a condition holds until [`TRANSITION_PERIOD`] after its
     /// threshold was last met.
     pub fn observe(&mut self, met: &[(Threshold, Observation)], now: SystemTime) -> Pressure {
+        let keys: Vec<(Signal, bool)> = met
+            .iter()
+            .map(|(t, _)| (t.signal, t.grace_period.is_some()))
+            .collect();
+        self.since.retain(|k, _| keys.contains(k));
+        for k in keys {
+            self.since.entry(k).or_insert(now);
+        }
         for (t, _) in met {
             match t.signal {
                 Signal::MemoryAvailable => self.memory = Some(now),
@@ -243,6 +310,27 @@ impl Tracker {
             memory: holds(self.memory),
             disk: holds(self.disk),
         }
+    }
+}
+
+impl Tracker {
+    /// The met thresholds that evict at `now`: hard ones, and soft ones met for their whole
+    /// grace period (upstream's `thresholdsMetGracePeriod`). Conditions do not wait for it.
+    pub fn evicting(
+        &self,
+        met: &[(Threshold, Observation)],
+        now: SystemTime,
+    ) -> Vec<(Threshold, Observation)> {
+        met.iter()
+            .filter(|(t, _)| match t.grace_period {
+                None => true,
+                Some(grace) => self
+                    .since
+                    .get(&(t.signal, true))
+                    .is_some_and(|at| now.duration_since(*at).unwrap_or_default() >= grace),
+            })
+            .copied()
+            .collect()
     }
 }
 
@@ -362,12 +450,25 @@ pub fn message(threshold: &Threshold, obs: &Observation, victim: &Candidate) -> 
     m
 }
 
-/// The failure an evicted pod gets.
-pub fn failure(message: String) -> PodFailure {
+/// The failure an evicted pod gets: [`HARD_EVICTION_GRACE`] at a hard threshold; at a soft
+/// one the smaller of `max_pod_grace` (`evictionMaxPodGracePeriod`) and the pod's own grace
+/// period (NODE-47).
+pub fn failure(message: String, threshold: &Threshold, pod: &Pod, max_pod_grace: u64) -> PodFailure {
+    let grace = match threshold.grace_period {
+        None => HARD_EVICTION_GRACE,
+        Some(_) => {
+            let own = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .and_then(|g| u64::try_from(g).ok());
+            own.map_or(max_pod_grace, |g| g.min(max_pod_grace))
+        }
+    };
     PodFailure {
         reason: EVICTED_REASON,
         message,
-        grace: Some(HARD_EVICTION_GRACE),
+        grace: Some(grace),
         disruption: true,
     }
 }
@@ -392,6 +493,8 @@ pub fn memory_from_meminfo(meminfo: &str) -> Option<Observation> {
 #[derive(Debug)]
 pub struct Evictor {
     thresholds: Thresholds,
+    /// `evictionMaxPodGracePeriod`.
+    max_pod_grace: u64,
     tracker: Tracker,
     /// The eviction in progress: done when the pod's containers are stopped.
     evicting: Option<oneshot::Receiver<()>>,
@@ -400,9 +503,10 @@ pub struct Evictor {
 }
 
 impl Evictor {
-    pub fn new(thresholds: Thresholds) -> Self {
+    pub fn new(thresholds: Thresholds, max_pod_grace: u64) -> Self {
         Evictor {
             thresholds,
+            max_pod_grace,
             tracker: Tracker::default(),
             evicting: None,
             logged: false,
@@ -431,7 +535,9 @@ impl Evictor {
             );
         }
         let met = met(&self.thresholds, &obs);
-        let p = self.tracker.observe(&met, SystemTime::now());
+        let now = SystemTime::now();
+        let p = self.tracker.observe(&met, now);
+        let met = self.tracker.evicting(&met, now);
         pressure.send_if_modified(|old| {
             let changed = *old != p;
             if changed {
@@ -479,7 +585,7 @@ impl Evictor {
         events::post(client, node, &v.pod, vec![ev]).await;
         let (tx, rx) = oneshot::channel();
         let kill = Kill {
-            failure: failure(msg),
+            failure: failure(msg, &threshold, &v.pod, self.max_pod_grace),
             done: tx,
         };
         if targets[i].kill.try_send(kill).is_ok() {
@@ -710,6 +816,7 @@ mod tests {
         let mem = Threshold {
             signal: Signal::MemoryAvailable,
             amount: Amount::Quantity(100 * MI, true),
+            grace_period: None,
         };
         let o = Observation {
             available: 0,
@@ -729,6 +836,75 @@ mod tests {
                 .memory
         );
         assert!(!tr.observe(&[], t0 + TRANSITION_PERIOD).memory);
+    }
+
+    #[test]
+    fn soft_thresholds_evict_after_their_grace_period() {
+        let config = |soft: &[(&str, &str)], grace: &[(&str, &str)]| EvictionConfig {
+            eviction_hard: Some([("memory.available".to_string(), "100Mi".to_string())].into()),
+            eviction_soft: soft.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            eviction_soft_grace_period: grace
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            eviction_max_pod_grace_period: 30,
+        };
+        let t = config(&[("memory.available", "300Mi")], &[("memory.available", "1m30s")])
+            .thresholds()
+            .expect("valid");
+        assert_eq!(t.0.len(), 2);
+        assert_eq!(t.0[1].grace_period, Some(Duration::from_secs(90)));
+        // Only the hard threshold is kept out of allocatable.
+        assert_eq!(t.reserved(Signal::MemoryAvailable, 1024 * MI), 100 * MI);
+        assert_eq!(
+            config(&[("memory.available", "300Mi")], &[]).thresholds(),
+            Err(ThresholdError::NoGracePeriod("memory.available".into()))
+        );
+        assert!(matches!(
+            config(&[("memory.available", "300Mi")], &[("memory.available", "soon")]).thresholds(),
+            Err(ThresholdError::GracePeriod { .. })
+        ));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let obs = |mem_mib: u64| -> BTreeMap<Signal, Observation> {
+            [(
+                Signal::MemoryAvailable,
+                Observation {
+                    available: mem_mib * MI,
+                    capacity: 1024 * MI,
+                },
+            )]
+            .into()
+        };
+        let softness = |e: &[(Threshold, Observation)]| {
+            e.iter()
+                .map(|(t, _)| t.grace_period.is_some())
+                .collect::<Vec<_>>()
+        };
+        let mut tr = Tracker::default();
+        // Below the soft threshold only: the condition at once, the eviction after 90 s.
+        let m = met(&t, &obs(200));
+        assert_eq!(
+            tr.observe(&m, at(0)),
+            Pressure {
+                memory: true,
+                disk: false
+            }
+        );
+        assert!(tr.evicting(&m, at(0)).is_empty());
+        tr.observe(&m, at(60));
+        assert!(tr.evicting(&m, at(60)).is_empty());
+        tr.observe(&m, at(90));
+        assert_eq!(softness(&tr.evicting(&m, at(90))), vec![true]);
+        // Recovered, then met again: the grace period starts over.
+        tr.observe(&met(&t, &obs(500)), at(100));
+        let m = met(&t, &obs(200));
+        tr.observe(&m, at(110));
+        assert!(tr.evicting(&m, at(150)).is_empty());
+        // Below the hard one too: hard first, at once.
+        let m = met(&t, &obs(50));
+        tr.observe(&m, at(160));
+        assert_eq!(softness(&tr.evicting(&m, at(160))), vec![false]);
     }
 
     #[test]
@@ -825,6 +1001,7 @@ mod tests {
         let t = Threshold {
             signal: Signal::MemoryAvailable,
             amount: Amount::Quantity(600 * MI, true),
+            grace_period: None,
         };
         let o = Observation {
             available: 512_001 * 1024,
@@ -853,12 +1030,25 @@ mod tests {
              Container eat was using 300Mi, request is 64Mi, has larger consumption of memory. \
              Container none was using 4194816, request is 0, has larger consumption of memory. "
         );
-        let f = failure(message(&t, &o, &c));
+        let f = failure(message(&t, &o, &c), &t, &c.pod, 30);
         assert_eq!((f.reason, f.grace, f.disruption), ("Evicted", Some(1), true));
+        // At a soft threshold: the smaller of evictionMaxPodGracePeriod and the pod's own.
+        let soft = Threshold {
+            grace_period: Some(Duration::from_secs(60)),
+            ..t
+        };
+        let own = |g: i64| pod("p", serde_json::json!({"terminationGracePeriodSeconds": g}));
+        assert_eq!(failure(String::new(), &soft, &own(10), 30).grace, Some(10));
+        assert_eq!(failure(String::new(), &soft, &own(45), 30).grace, Some(30));
+        assert_eq!(
+            failure(String::new(), &soft, &pod("p", serde_json::json!({})), 0).grace,
+            Some(0)
+        );
         // A percentage threshold prints the quantity it stands for.
         let disk = Threshold {
             signal: Signal::NodefsAvailable,
             amount: Amount::Percent(10.0),
+            grace_period: None,
         };
         let d = Observation {
             available: 20 * MI,

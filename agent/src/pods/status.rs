@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::chrono::{DateTime, Utc};
 
-use super::backoff::go_duration;
 use super::plan::{Ctr, Observed, Run, Terminated, is_sidecar, restart_policy, restarts_after};
+use kcore::time::go_duration;
 
 /// The prefix of `containerID`s (the runtime's name, as `containerd://` upstream).
 pub const CONTAINER_ID_PREFIX: &str = "nodeos://";

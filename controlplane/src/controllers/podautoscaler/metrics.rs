@@ -57,33 +57,9 @@ pub enum MetricsError {
 /// A Go `time.Duration` string (`30s`, `1m30s`, `1.5s`, `250ms`) as a duration; zero when
 /// malformed.
 pub fn go_duration(s: &str) -> chrono::Duration {
-    let mut total = 0f64;
-    let mut rest = s.trim();
-    while !rest.is_empty() {
-        let split = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(split);
-        let Ok(n) = num.parse::<f64>() else {
-            return chrono::Duration::zero();
-        };
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let scale = match unit {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return chrono::Duration::zero(),
-        };
-        total += n * scale;
-        rest = next;
-    }
-    chrono::Duration::milliseconds((total * 1000.0).round() as i64)
+    kcore::time::parse_go_duration(s)
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .unwrap_or_else(chrono::Duration::zero)
 }
 
 /// Each pod's usage of `resource` in milli-units: the sum over its containers, or one
