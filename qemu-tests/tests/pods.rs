@@ -996,8 +996,10 @@ fn graceful_node_shutdown_stops_pods_by_priority() -> Result<()> {
             serde_json::json!({"gracePeriodSeconds": 25, "criticalPodsGracePeriodSeconds": 10});
     })?;
     let image = guest_busybox();
-    // Exits on SIGTERM (a shell that traps it; sleeps are short so the trap runs soon).
-    let polite = "trap 'echo bye; exit 0' TERM; while true; do sleep 1; done";
+    // Exits on SIGTERM (a shell that traps it; sleeps are short so the trap runs soon). It
+    // says `ready` once the trap is set: a SIGTERM before that, to the PID 1 of its namespace
+    // without a handler, would be dropped (seen in CI: the button pressed right after start).
+    let polite = "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 1; done";
     let mut web = pod("web", node, &image, polite, "Always");
     web["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(30);
     // PID 1 of its namespace without a handler: SIGTERM does nothing, SIGKILL ends it.
@@ -1011,6 +1013,13 @@ fn graceful_node_shutdown_stops_pods_by_priority() -> Result<()> {
     }
     for name in ["web", "stubborn", "critical"] {
         cp.wait_for(&["pod", name], "{.status.phase}", |p| p == "Running", POD)?;
+    }
+    for name in ["web", "critical"] {
+        let deadline = std::time::Instant::now() + POD;
+        while !cp.kubectl(&["logs", name]).unwrap_or_default().contains("ready") {
+            ensure!(std::time::Instant::now() < deadline, "{name} never set its trap");
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
     vm.qmp("system_powerdown", None)?;
     vm.wait_for_line("init: power button pressed", BOOT)?;
