@@ -111,7 +111,7 @@ struct Handle {
 type Workers = BTreeMap<String, Handle>;
 
 /// Whether a pod is in a terminal phase.
-fn terminal(p: &Pod) -> bool {
+pub(super) fn terminal(p: &Pod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")

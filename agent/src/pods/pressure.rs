@@ -404,7 +404,8 @@ pub fn victim(signal: Signal, candidates: &[Candidate]) -> Option<usize> {
     let mut ranked: Vec<usize> = (0..candidates.len())
         .filter(|&i| !kcore::qos::is_critical_pod(&candidates[i].pod))
         .collect();
-    ranked.sort_by_key(|&i| {
+    // The key computes the pod's requests: once per candidate, not per comparison.
+    ranked.sort_by_cached_key(|&i| {
         let c = &candidates[i];
         let (usage, request) = (c.usage(), c.request(signal));
         (

@@ -337,11 +337,7 @@ impl Worker {
     /// Fails and stops the pod on the node's own account (node shutdown): its containers get
     /// the failure's grace period, then the pod is written `Failed`.
     async fn kill(&mut self, pod: &Pod, failure: PodFailure) {
-        let terminal = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if terminal || self.obs.failed.is_some() {
+        if super::terminal(pod) || self.obs.failed.is_some() {
             // Ended already, or being stopped for another reason.
             return;
         }
@@ -356,11 +352,7 @@ impl Worker {
     async fn check_failure(&mut self, pod: &Pod, now: SystemTime) -> Option<SystemTime> {
         let spec = pod.spec.as_ref()?;
         let status = pod.status.as_ref();
-        let terminal = matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if self.obs.failed.is_some() || terminal {
+        if self.obs.failed.is_some() || super::terminal(pod) {
             return None;
         }
         let start = status
