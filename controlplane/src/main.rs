@@ -67,6 +67,10 @@ struct ServeArgs {
     /// encrypted in the store (aescbc, aesgcm; identity to read or write plain values).
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// Read the encryption configuration again every 10 s and put a changed, valid one in
+    /// force without a restart (a file that does not parse is logged and changes nothing).
+    #[arg(long, requires = "encryption_provider_config")]
+    encryption_provider_config_automatic_reload: bool,
     /// Do not run the scheduler in process (e.g. to run another one against this server).
     #[arg(long)]
     no_scheduler: bool,
@@ -334,10 +338,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let audit = args.audit.start()?;
     // A bad encryption configuration stops the start before the store is opened.
     let encryption = match &args.encryption_provider_config {
-        Some(path) => Some(
-            controlplane::storage::encryption::EncryptionConfig::load(path)
-                .context("--encryption-provider-config")?,
-        ),
+        Some(path) => {
+            let text = std::fs::read(path)
+                .with_context(|| format!("--encryption-provider-config: reading {}", path.display()))?;
+            let config = controlplane::storage::encryption::EncryptionConfig::parse(&text)
+                .context("--encryption-provider-config")?;
+            Some((path, text, config))
+        }
         None => None,
     };
     let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
@@ -361,10 +368,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             EmbeddedStore::open(EmbeddedConfig::new(data_dir.join("store"))).context("opening the store")?,
         ),
     };
-    if let Some(config) = encryption {
-        store = Arc::new(controlplane::storage::encryption::EncryptedStore::new(
-            store, config,
-        ));
+    if let Some((path, text, config)) = encryption {
+        let encrypted = controlplane::storage::encryption::EncryptedStore::new(store, config);
+        if args.encryption_provider_config_automatic_reload {
+            let mut reloader = encrypted.reloader(path, text);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(10));
+                loop {
+                    tick.tick().await;
+                    match reloader.check() {
+                        Ok(true) => tracing::info!("encryption configuration reloaded"),
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "encryption configuration not reloaded; the previous one stays in force"
+                        ),
+                    }
+                }
+            });
+        }
+        store = Arc::new(encrypted);
     }
     let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
     api.bootstrap()

@@ -170,16 +170,23 @@ pub struct StorageConfigDoc {
     /// volumes: `<N>%` of memory (1-90) or `<N>Mi` / `<N>Gi`. Default [`DEFAULT_EPHEMERAL_SIZE`].
     #[serde(default)]
     pub ephemeral_size: Option<String>,
+    /// Size of the file system holding pulled images (the kubelet's imagefs), same forms.
+    /// Default [`DEFAULT_IMAGE_SIZE`].
+    #[serde(default)]
+    pub image_size: Option<String>,
 }
 
 /// The ephemeral storage's size when the config names none.
 pub const DEFAULT_EPHEMERAL_SIZE: &str = "50%";
+/// The image file system's size when the config names none.
+pub const DEFAULT_IMAGE_SIZE: &str = "25%";
 
-/// `storage.ephemeralSize` as the tmpfs `size=` option (`N%` or bytes).
-fn ephemeral_size(text: &str) -> Result<String, ConfigError> {
+/// A `storage.<field>` size as the tmpfs `size=` option (`N%` or bytes).
+fn tmpfs_size(field: &str, text: &str) -> Result<String, ConfigError> {
+    let field = format!("storage.{field}");
     let bad = || {
         invalid(
-            "storage.ephemeralSize",
+            &field,
             format!("{text:?} is not <N>% (1-90) or <N>Mi / <N>Gi"),
         )
     };
@@ -205,7 +212,7 @@ fn ephemeral_size(text: &str) -> Result<String, ConfigError> {
     match number(digits)?.checked_mul(unit) {
         Some(bytes) if bytes >= 16 << 20 => Ok(bytes.to_string()),
         _ => Err(invalid(
-            "storage.ephemeralSize",
+            &field,
             format!("{text:?} is smaller than 16Mi or too large"),
         )),
     }
@@ -311,6 +318,8 @@ pub struct MachineConfig {
     pub insecure_registries: Vec<String>,
     /// The ephemeral storage's tmpfs `size=` option.
     pub ephemeral_size: String,
+    /// The image file system's tmpfs `size=` option.
+    pub image_size: String,
     /// Graceful node shutdown's priority bands (empty: off).
     pub node_shutdown: Vec<ShutdownGracePeriod>,
     /// Eviction thresholds as written (validated).
@@ -349,6 +358,7 @@ impl Default for MachineConfig {
             control_plane: None,
             insecure_registries: Vec::new(),
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
+            image_size: DEFAULT_IMAGE_SIZE.into(),
             node_shutdown: Vec::new(),
             eviction: Default::default(),
             image_gc: None,
@@ -554,11 +564,14 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         ));
     }
     let control_plane = doc.control_plane.map(validate_control_plane).transpose()?;
-    let ephemeral_size = ephemeral_size(
-        doc.storage
-            .ephemeral_size
-            .as_deref()
-            .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
+    let storage = &doc.storage;
+    let ephemeral_size = tmpfs_size(
+        "ephemeralSize",
+        storage.ephemeral_size.as_deref().unwrap_or(DEFAULT_EPHEMERAL_SIZE),
+    )?;
+    let image_size = tmpfs_size(
+        "imageSize",
+        storage.image_size.as_deref().unwrap_or(DEFAULT_IMAGE_SIZE),
     )?;
     let node_shutdown = node_shutdown(doc.node_shutdown)?;
     let eviction = agent::pods::pressure::EvictionConfig {
@@ -578,6 +591,7 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         eviction,
         node_shutdown,
         ephemeral_size,
+        image_size,
         control_plane,
         hostname: doc.hostname,
         log_level,
@@ -662,6 +676,23 @@ mod tests {
             }]
         );
         assert_eq!(cfg.nameservers, vec![Ipv4Addr::new(10, 0, 2, 3)]);
+    }
+
+    #[test]
+    fn image_storage_size() {
+        let with = |size: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","storage":{{"imageSize":{size}}}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present"))
+        };
+        let doc = br#"{"apiVersion":"nodeos/v1alpha1"}"#;
+        let default = load(Some(doc), "").expect("valid").expect("present");
+        assert_eq!(default.image_size, "25%");
+        let set = with(r#""1Gi""#).expect("valid");
+        assert_eq!((set.image_size.as_str(), set.ephemeral_size.as_str()), ("1073741824", "50%"));
+        for size in [r#""0%""#, r#""8Mi""#, r#""lots""#] {
+            let err = with(size).expect_err(size).to_string();
+            assert!(err.starts_with("invalid field storage.imageSize"), "{size}: {err}");
+        }
     }
 
     #[test]

@@ -93,12 +93,20 @@ fn boot_and_supervise() -> Shutdown {
         ("logs", Path::new(agent::logs::PODS_LOG_ROOT)),
         ("pods", Path::new(agent::pods::PODS_ROOT)),
     ];
-    match mounts::mount_ephemeral(&cfg.ephemeral_size, &binds) {
-        Ok(()) => {
-            tracing::info!(size = %cfg.ephemeral_size, root = kcore::allocatable::EPHEMERAL_ROOT, "ephemeral storage mounted")
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "ephemeral storage not mounted; pods write to the root file system")
+    for (what, root, size, binds) in [
+        (
+            "ephemeral storage",
+            kcore::allocatable::EPHEMERAL_ROOT,
+            &cfg.ephemeral_size,
+            &binds[..],
+        ),
+        ("image storage", runtime::IMAGE_ROOT, &cfg.image_size, &[]),
+    ] {
+        match mounts::mount_sized(root, size, binds) {
+            Ok(()) => tracing::info!(size = %size, root, "{what} mounted"),
+            Err(e) => {
+                tracing::error!(error = %e, root, "{what} not mounted; it is written to the root file system")
+            }
         }
     }
     let configured = network::configure(&cfg);

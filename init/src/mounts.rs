@@ -96,13 +96,14 @@ pub fn mount_early() -> Result<()> {
     Ok(())
 }
 
-/// Mounts the node's ephemeral storage: a tmpfs of `size` (the tmpfs option: `N%` of memory or
-/// bytes) at [`kcore::allocatable::EPHEMERAL_ROOT`], with one directory of it bound at each of
-/// `binds` (containers' writable layers, logs, pods' volumes). A pod filling its writable layer
-/// or an emptyDir then fills this file system only, never `/run` or `/` where the node's own
-/// services keep their state.
-pub fn mount_ephemeral(size: &str, binds: &[(&str, &Path)]) -> Result<()> {
-    let root = kcore::allocatable::EPHEMERAL_ROOT;
+/// Mounts a sized file system for what pods and images may fill: a tmpfs of `size` (the tmpfs
+/// option: `N%` of memory or bytes) at `root`, with one directory of it bound at each of
+/// `binds`. The node's ephemeral storage ([`kcore::allocatable::EPHEMERAL_ROOT`], bound at the
+/// containers' writable layers, their logs and pods' volumes) and its image file system
+/// ([`runtime::IMAGE_ROOT`], no binds) are each one: a pod filling its writable layer or an
+/// emptyDir, or a node pulling large images, fills that file system only, never `/run` or `/`
+/// where the node's own services keep their state.
+pub fn mount_sized(root: &str, size: &str, binds: &[(&str, &Path)]) -> Result<()> {
     fs::create_dir_all(root).map_err(io_err("mkdir", Path::new(root)))?;
     mount_fs(
         "tmpfs",

@@ -57,11 +57,21 @@ impl hyper::body::Body for ChannelBody {
 /// gives up with [`SendError::Slow`] when the client took nothing for `patience`, so the
 /// stream can be dropped instead of holding memory for a reader that does not read. One chunk
 /// larger than the budget still goes when the queue is empty.
-pub fn budget_channel(max_bytes: usize, patience: Duration) -> (BudgetSender, Body) {
+///
+/// `shared` bounds the sum over many such channels (a server's watches together): while the
+/// sum is over its limit, a channel that still holds unread bytes waits as if its own budget
+/// were full, so readers that keep up (nothing queued) are never held back by those that do
+/// not, and the slow ones are the ones given up on.
+pub fn budget_channel(
+    max_bytes: usize,
+    patience: Duration,
+    shared: Arc<SharedBudget>,
+) -> (BudgetSender, Body) {
     let (tx, rx) = mpsc::unbounded_channel();
     let budget = Arc::new(Budget {
         queued: AtomicUsize::new(0),
         drained: tokio::sync::Notify::new(),
+        shared,
     });
     let body = BudgetBody {
         rx,
@@ -83,6 +93,36 @@ struct Budget {
     queued: AtomicUsize,
     /// Signalled whenever the body takes a chunk.
     drained: tokio::sync::Notify,
+    shared: Arc<SharedBudget>,
+}
+
+impl Drop for Budget {
+    /// A stream dropped with unread bytes gives them back to the shared budget.
+    fn drop(&mut self) {
+        let left = *self.queued.get_mut();
+        self.shared.queued.fetch_sub(left, Ordering::SeqCst);
+    }
+}
+
+/// The limit on unread bytes over many [`budget_channel`]s together.
+#[derive(Debug)]
+pub struct SharedBudget {
+    queued: AtomicUsize,
+    max_bytes: usize,
+}
+
+impl SharedBudget {
+    pub fn new(max_bytes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            queued: AtomicUsize::new(0),
+            max_bytes,
+        })
+    }
+
+    /// Unread bytes over all its channels.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
 }
 
 /// Why a [`BudgetSender`] did not send.
@@ -119,7 +159,10 @@ impl BudgetSender {
             // Created before the check, so a chunk taken in between still wakes it.
             let drained = self.budget.drained.notified();
             let queued = self.queued();
-            if queued == 0 || queued.saturating_add(chunk.len()) <= self.max_bytes {
+            let shared = &self.budget.shared;
+            let fits = queued.saturating_add(chunk.len()) <= self.max_bytes
+                && shared.queued().saturating_add(chunk.len()) <= shared.max_bytes;
+            if queued == 0 || fits {
                 break;
             }
             tokio::select! {
@@ -130,8 +173,15 @@ impl BudgetSender {
                 }
             }
         }
-        self.budget.queued.fetch_add(chunk.len(), Ordering::SeqCst);
-        self.tx.send(chunk).map_err(|_| SendError::Closed)
+        // Counted before it can be taken, so the body never subtracts what was not added.
+        let len = chunk.len();
+        self.budget.queued.fetch_add(len, Ordering::SeqCst);
+        self.budget.shared.queued.fetch_add(len, Ordering::SeqCst);
+        self.tx.send(chunk).map_err(|_| {
+            self.budget.queued.fetch_sub(len, Ordering::SeqCst);
+            self.budget.shared.queued.fetch_sub(len, Ordering::SeqCst);
+            SendError::Closed
+        })
     }
 
     /// Completes when the client has gone.
@@ -161,6 +211,7 @@ impl hyper::body::Body for BudgetBody {
         let polled = self.rx.poll_recv(cx);
         if let Poll::Ready(Some(b)) = &polled {
             self.budget.queued.fetch_sub(b.len(), Ordering::SeqCst);
+            self.budget.shared.queued.fetch_sub(b.len(), Ordering::SeqCst);
             self.budget.drained.notify_waiters();
         }
         polled.map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
@@ -173,7 +224,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_budget_channel_waits_for_room_and_gives_up_on_a_reader_that_stops() {
-        let (tx, mut body) = budget_channel(10, Duration::from_secs(5));
+        let (tx, mut body) = budget_channel(10, Duration::from_secs(5), SharedBudget::new(1 << 20));
         // A chunk larger than the budget goes when nothing waits.
         tx.send(Bytes::from_static(b"0123456789ab")).await.expect("send");
         assert_eq!(tx.queued(), 12);
@@ -205,6 +256,35 @@ mod tests {
             tx.send(Bytes::from_static(b"x")).await,
             Err(SendError::Closed)
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shared_budget_holds_back_only_readers_that_fall_behind() {
+        let shared = SharedBudget::new(10);
+        let patience = Duration::from_secs(5);
+        let (slow, slow_body) = budget_channel(100, patience, shared.clone());
+        let (fast, mut fast_body) = budget_channel(100, patience, shared.clone());
+        // The slow reader fills the shared budget (one chunk goes when its queue is empty).
+        slow.send(Bytes::from_static(b"0123456789ab")).await.expect("send");
+        assert_eq!(shared.queued(), 12);
+        // A reader that keeps up still gets every chunk, though the sum is over the limit.
+        for _ in 0..3 {
+            fast.send(Bytes::from_static(b"xyz")).await.expect("nothing queued: goes");
+            let got = fast_body.frame().await.expect("frame").expect("data");
+            assert_eq!(&got.into_data().expect("data")[..], b"xyz");
+        }
+        // The slow one, with bytes unread and the sum over the limit, waits and is given up on,
+        // though its own budget (100) has room.
+        match slow.send(Bytes::from_static(b"c")).await {
+            Err(SendError::Slow { queued: 12, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Dropping it returns its unread bytes to the shared budget.
+        drop((slow, slow_body));
+        assert_eq!(shared.queued(), 0);
+        fast.send(Bytes::from_static(b"a")).await.expect("send");
+        fast.send(Bytes::from_static(b"b")).await.expect("fits again");
+        assert_eq!(shared.queued(), 2);
     }
 
     #[tokio::test]

@@ -60,6 +60,8 @@ pub struct Api {
     pub(crate) ca_pem: String,
     /// Events decoded once for all watchers.
     pub(crate) watch_cache: Arc<verbs::watch::WatchCache>,
+    /// Unread watch bytes of all clients together.
+    pub(crate) watch_budget: Arc<transport::body::SharedBudget>,
     /// Signs node client CSRs (None: CSRs stay pending).
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
     /// TLS client for node agents (built on first use from `pki`; a failure is kept too).
@@ -91,6 +93,7 @@ impl Api {
             authz,
             ca_pem,
             watch_cache: Arc::default(),
+            watch_budget: transport::body::SharedBudget::new(verbs::watch::ALL_WATCHES_BUFFER_BYTES),
             pki: None,
             agent_client: OnceLock::new(),
             metrics: Arc::default(),

@@ -109,6 +109,17 @@ impl ApiError {
         }))
     }
 
+    /// 403 from admission, worded as upstream's `NewForbidden`: `<resource> "<name>" is
+    /// forbidden: <why>` (without the name when it is empty).
+    pub fn forbidden(resource: &str, name: &str, why: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{resource} is forbidden: {why}")
+        } else {
+            format!("{resource} \"{name}\" is forbidden: {why}")
+        };
+        Self::new(403, "Forbidden", message).with_details(json!({"name": name, "kind": resource}))
+    }
+
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }

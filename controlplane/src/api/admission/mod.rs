@@ -86,7 +86,6 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                 ("dnsPolicy", json!("ClusterFirst")),
                 ("terminationGracePeriodSeconds", json!(30)),
                 ("schedulerName", json!("default-scheduler")),
-                ("serviceAccountName", json!("default")),
                 ("securityContext", json!({})),
                 ("enableServiceLinks", json!(true)),
                 ("preemptionPolicy", json!("PreemptLowerPriority")),

@@ -42,9 +42,10 @@ struct PodRefs {
     refs: Vec<(&'static str, String)>,
 }
 
-fn pod_refs(pod: &Value) -> Option<PodRefs> {
-    let node = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())?;
-    let spec = &pod["spec"];
+/// What a pod's spec names: (kind, name) with kinds `secret`, `configmap`, `pvc` and
+/// `serviceaccount`, sorted, without repeats (upstream's `VisitPodSecretNames` and
+/// `VisitPodConfigmapNames`, with the claims and the service account).
+pub(crate) fn spec_refs(spec: &Value) -> Vec<(&'static str, String)> {
     let mut refs = Vec::new();
     let mut add = |kind: &'static str, v: &Value| {
         if let Some(n) = v.as_str().filter(|n| !n.is_empty()) {
@@ -59,6 +60,19 @@ fn pod_refs(pod: &Value) -> Option<PodRefs> {
         add("secret", &v["secret"]["secretName"]);
         add("configmap", &v["configMap"]["name"]);
         add("pvc", &v["persistentVolumeClaim"]["claimName"]);
+        add("secret", &v["azureFile"]["secretName"]);
+        add("secret", &v["csi"]["nodePublishSecretRef"]["name"]);
+        for plugin in [
+            "cephfs",
+            "cinder",
+            "flexVolume",
+            "iscsi",
+            "rbd",
+            "scaleIO",
+            "storageos",
+        ] {
+            add("secret", &v[plugin]["secretRef"]["name"]);
+        }
         for src in v["projected"]["sources"].as_array().into_iter().flatten() {
             add("secret", &src["secret"]["name"]);
             add("configmap", &src["configMap"]["name"]);
@@ -78,13 +92,18 @@ fn pod_refs(pod: &Value) -> Option<PodRefs> {
     }
     refs.sort();
     refs.dedup();
+    refs
+}
+
+fn pod_refs(pod: &Value) -> Option<PodRefs> {
+    let node = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())?;
     Some(PodRefs {
         node: node.to_string(),
         namespace: pod["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
             .to_string(),
-        refs,
+        refs: spec_refs(&pod["spec"]),
     })
 }
 
@@ -420,12 +439,7 @@ pub(crate) fn authorize(
 
 /// A NodeRestriction refusal: `<resource> "<name>" is forbidden: <why>`.
 fn refuse(resource: &str, name: &str, why: String) -> ApiError {
-    ApiError {
-        code: 403,
-        reason: "Forbidden",
-        message: format!("{resource} \"{name}\" is forbidden: {why}"),
-        details: Some(serde_json::json!({"name": name, "kind": resource})),
-    }
+    ApiError::forbidden(resource, name, &why)
 }
 
 /// The write a NodeRestriction check is about.

@@ -582,3 +582,91 @@ async fn pods_get_a_projected_token_volume_and_bound_tokens_end_with_the_pod() {
         "the pod is gone, so is the token"
     );
 }
+
+#[tokio::test]
+async fn pods_need_their_service_account_and_mirror_pods_may_reference_none() {
+    let f = fixture().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let mut ghost = pod("ghost");
+    ghost["spec"]["serviceAccountName"] = json!("nobody");
+    let (code, st) = f.post(pods, ghost.clone()).await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "pods \"ghost\" is forbidden: error looking up service account default/nobody: serviceaccount \"nobody\" not found"
+    );
+    assert_eq!(f.get("/api/v1/namespaces/default/pods/ghost").await.0, 404);
+    // A generated name is not known yet: the message names the prefix, as upstream's does.
+    let mut generated = ghost.clone();
+    generated["metadata"] = json!({"generateName": "ghost-"});
+    let (code, st) = f.post(pods, generated).await;
+    assert_eq!(code, 403);
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("pods \"ghost-\" is forbidden: error looking up")),
+        "{st}"
+    );
+    // Once the account exists (with pull secrets), the pod is admitted and gets them.
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"},
+        "imagePullSecrets": [{"name": "regcred"}]});
+    assert_eq!(f.post("/api/v1/namespaces/default/serviceaccounts", sa).await.0, 201);
+    let (code, created) = f.post(pods, ghost).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["serviceAccountName"], "nobody");
+    assert_eq!(created["spec"]["imagePullSecrets"], json!([{"name": "regcred"}]));
+    // The pod's own pull secrets win.
+    let mut own = pod("own");
+    own["spec"]["serviceAccountName"] = json!("nobody");
+    own["spec"]["imagePullSecrets"] = json!([{"name": "mine"}]);
+    let (_, created) = f.post(pods, own).await;
+    assert_eq!(created["spec"]["imagePullSecrets"], json!([{"name": "mine"}]));
+    // `default` is waited for (the ServiceAccount controller creates it after the namespace).
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh"}});
+    assert_eq!(f.post("/api/v1/namespaces", ns).await.0, 201);
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        f.post("/api/v1/namespaces/fresh/serviceaccounts", sa).await.0
+    };
+    let ((code, created), sa_code) =
+        tokio::join!(f.post("/api/v1/namespaces/fresh/pods", pod("early")), late);
+    assert_eq!(sa_code, 201);
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["serviceAccountName"], "default");
+    // Mirror pods: no service account (none is defaulted), no secrets, no token projection.
+    let mirror = |extra: Value| {
+        let mut p = pod("static-web");
+        p["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+        if let (Some(spec), Some(extra)) = (p["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        p
+    };
+    for (extra, why) in [
+        (
+            json!({"serviceAccountName": "default"}),
+            "a mirror pod may not reference service accounts",
+        ),
+        (
+            json!({"volumes": [{"name": "s", "secret": {"secretName": "x"}}]}),
+            "a mirror pod may not reference secrets",
+        ),
+        (
+            json!({"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}),
+            "a mirror pod may not use ServiceAccountToken volume projections",
+        ),
+    ] {
+        let (code, st) = f.post(pods, mirror(extra)).await;
+        assert_eq!(code, 403, "{st}");
+        assert_eq!(
+            st["message"],
+            format!("pods \"static-web\" is forbidden: {why}"),
+            "{st}"
+        );
+    }
+    let (code, created) = f.post(pods, mirror(json!({}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert!(created["spec"]["serviceAccountName"].is_null(), "{created}");
+    assert!(created["spec"]["volumes"].is_null(), "{created}");
+}

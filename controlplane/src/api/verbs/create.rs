@@ -85,6 +85,15 @@ impl Api {
             }
             None
         };
+        // Admission names a pod by what the request said: its name or, before one is
+        // generated, its generateName (as upstream's mutating admission sees it).
+        let shown = match name_of(&obj) {
+            "" => obj["metadata"]["generateName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            n => n.to_string(),
+        };
         if name_of(&obj).is_empty() {
             match obj["metadata"]["generateName"].as_str() {
                 Some(g) if !g.is_empty() => {
@@ -109,7 +118,7 @@ impl Api {
         }
         admission::admit(res, &mut obj, true)?;
         if let (Some(ns), true) = (&ns, res.plural == "pods" && res.group.is_empty()) {
-            self.mount_service_account_token(ns, &mut obj).await?;
+            self.admit_service_account(ns, &shown, &mut obj).await?;
         }
         let meta = &mut obj["metadata"];
         meta["uid"] = json!(object::new_uid());

@@ -29,6 +29,10 @@ const WATCH_BUFFER_BYTES: usize = 16 << 20;
 /// ...this long, and is then dropped (upstream's "Forcing watcher close due to
 /// unresponsiveness"): the client's informer lists and watches again.
 const SLOW_WATCHER_PATIENCE: Duration = Duration::from_secs(10);
+/// The most all watches of the server hold together for clients that have not read it; over it,
+/// every watch with unread bytes waits as if its own buffer were full (see
+/// `transport::body::budget_channel`).
+pub(crate) const ALL_WATCHES_BUFFER_BYTES: usize = 128 << 20;
 
 fn line(kind: &str, object: &Value) -> Bytes {
     let mut v = serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
@@ -229,7 +233,11 @@ impl Api {
         let rv = q.get("resourceVersion").unwrap_or_default();
         let timeout = watch_timeout(q.get("timeoutSeconds"));
         let bookmarks = q.flag("allowWatchBookmarks");
-        let (tx, body) = transport::body::budget_channel(WATCH_BUFFER_BYTES, SLOW_WATCHER_PATIENCE);
+        let (tx, body) = transport::body::budget_channel(
+            WATCH_BUFFER_BYTES,
+            SLOW_WATCHER_PATIENCE,
+            self.watch_budget.clone(),
+        );
         let res = t.res;
         let render = move |obj: &Value, rev: &str| -> Value {
             match want {
