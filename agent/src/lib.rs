@@ -15,6 +15,7 @@ pub mod pods;
 mod server;
 pub mod serving;
 pub mod settings;
+pub mod state;
 pub mod stats;
 
 use std::net::SocketAddr;
@@ -125,14 +126,26 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let cert = Arc::new(server::self_signed(&cfg.server_names)?);
     let authz = Arc::new(authz::Authorizer::new(&node_name));
     let state = Arc::new(tokio::sync::watch::channel(NodeState::Running).0);
+    let restart = Arc::new(tokio::sync::Notify::new());
+    let partition = state::StateStore::find();
+    if let Some(p) = &partition {
+        match state::restore(p, &cfg.identity_dir) {
+            Ok(n) => tracing::info!(partition = %p.path().display(), restored = n, "state partition read"),
+            Err(e) => {
+                tracing::warn!(partition = %p.path().display(), error = %e, "state partition unreadable")
+            }
+        }
+    }
     rt.block_on(async {
         if let Some(s) = settings {
             tokio::spawn(node::run(
                 s,
                 cfg.identity_dir.clone(),
+                partition,
                 authz.clone(),
                 cert.clone(),
                 state.clone(),
+                restart.clone(),
             ));
         }
         use tokio::signal::unix::{SignalKind, signal};
@@ -147,6 +160,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             }
             _ = power.recv() => {
                 shut_down(&state, &bands).await;
+                Ok(())
+            }
+            _ = restart.notified() => {
+                tracing::info!("restarting (the supervisor starts the agent again)");
                 Ok(())
             }
         }

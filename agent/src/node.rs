@@ -18,6 +18,7 @@ use transport::kubeapi::{Credentials, KubeClientError};
 use crate::pods::pressure::{Pressure, Signal, Thresholds};
 use crate::pods::shutdown::NodeState;
 use crate::settings::{AgentSettings, ControlPlane};
+use crate::state::StateStore;
 
 /// The agent's User-Agent: the API server names the agent's field manager after its product
 /// token, `kubelet`, as for upstream's kubelet.
@@ -73,34 +74,141 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JoinError + '_ {
     }
 }
 
-/// Gets the node's client certificate: reuses the one in `dir` if present, otherwise sends a CSR
-/// with the bootstrap token and waits for the signed certificate.
-pub async fn bootstrap(cp: &ControlPlane, node: &str, dir: &Path) -> Result<Identity, JoinError> {
-    let (cert_path, key_path) = (dir.join("node.crt"), dir.join("node.key"));
-    if let (Ok(cert_pem), Ok(key_pem)) = (
-        std::fs::read_to_string(&cert_path),
-        std::fs::read_to_string(&key_path),
-    ) {
-        return Ok(Identity { cert_pem, key_pem });
+/// The signer and usages of the node's client certificate.
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
+
+/// Gets the node's client certificate: reuses the one in `dir` when it is usable
+/// ([`stored_identity`]), otherwise sends a CSR with the bootstrap token and waits for the signed
+/// certificate. A new identity is recorded on the state partition when the node has one.
+pub async fn bootstrap(
+    cp: &ControlPlane,
+    node: &str,
+    dir: &Path,
+    state: Option<&StateStore>,
+) -> Result<Identity, JoinError> {
+    if let Some(id) = stored_identity(dir, &cp.ca_pem, SystemTime::now()) {
+        return Ok(id);
     }
-    let (key, csr_pem) = node_csr(node, &[]).map_err(JoinError::Csr)?;
     let client = transport::kubeapi::client(
         &cp.server,
         &cp.ca_pem,
         Credentials::Bearer(cp.bootstrap_token.clone()),
         USER_AGENT,
     )?;
-    let signer = "kubernetes.io/kube-apiserver-client-kubelet";
-    let usages = &["digital signature", "client auth"];
-    let name = submit_csr(&client, &format!("node-csr-{node}-"), &csr_pem, signer, usages).await?;
-    let cert_pem = issued_certificate(&client, &name, Some(CSR_WAIT)).await?;
+    request_client_certificate(&client, node, dir, &cp.ca_pem, state).await
+}
+
+/// Asks (through `client`: the bootstrap token, or the node's current certificate when it
+/// renews) for a client certificate with a new key, and stores both with the CA they are for.
+async fn request_client_certificate(
+    client: &kube::Client,
+    node: &str,
+    dir: &Path,
+    ca_pem: &str,
+    state: Option<&StateStore>,
+) -> Result<Identity, JoinError> {
+    let (key, csr_pem) = node_csr(node, &[]).map_err(JoinError::Csr)?;
+    let name = submit_csr(
+        client,
+        &format!("node-csr-{node}-"),
+        &csr_pem,
+        CLIENT_SIGNER,
+        CLIENT_USAGES,
+    )
+    .await?;
+    let cert_pem = issued_certificate(client, &name, Some(CSR_WAIT)).await?;
+    let key_pem = key.serialize_pem();
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    std::fs::write(&key_path, key.serialize_pem()).map_err(io(&key_path))?;
-    std::fs::write(&cert_path, &cert_pem).map_err(io(&cert_path))?;
-    Ok(Identity {
-        cert_pem,
-        key_pem: key.serialize_pem(),
-    })
+    for (file, data) in [
+        ("node.key", &key_pem),
+        ("node.crt", &cert_pem),
+        ("ca.crt", &ca_pem.to_string()),
+    ] {
+        let path = dir.join(file);
+        crate::state::write_private(&path, data.as_bytes()).map_err(io(&path))?;
+    }
+    keep_identity(state, dir);
+    Ok(Identity { cert_pem, key_pem })
+}
+
+/// Records the identity files of `dir` on the state partition, when there is one (a failure is
+/// logged: the node keeps working and bootstraps again after its next reboot).
+pub fn keep_identity(state: Option<&StateStore>, dir: &Path) {
+    let Some(store) = state else {
+        return;
+    };
+    match crate::state::persist(store, dir) {
+        Ok(()) => {
+            tracing::info!(partition = %store.path().display(), "identity recorded on the state partition")
+        }
+        Err(e) => tracing::warn!(error = %e, "identity not recorded on the state partition"),
+    }
+}
+
+/// The client identity stored in `dir`, when it can be used at `now`: the certificate parses,
+/// has not expired, and was issued under the CA the node trusts now (a node pointed at a
+/// re-created cluster bootstraps again instead of presenting a stranger's certificate).
+fn stored_identity(dir: &Path, ca_pem: &str, now: SystemTime) -> Option<Identity> {
+    let cert_pem = std::fs::read_to_string(dir.join("node.crt")).ok()?;
+    let key_pem = std::fs::read_to_string(dir.join("node.key")).ok()?;
+    let Some((_, not_after)) = transport::tls::certificate_names(&cert_pem) else {
+        tracing::warn!("the stored client certificate does not parse; bootstrapping again");
+        return None;
+    };
+    if not_after <= now {
+        tracing::warn!("the stored client certificate has expired; bootstrapping again");
+        return None;
+    }
+    if let Ok(stored_ca) = std::fs::read_to_string(dir.join("ca.crt"))
+        && stored_ca.trim() != ca_pem.trim()
+    {
+        tracing::warn!("the stored client certificate is for another cluster CA; bootstrapping again");
+        return None;
+    }
+    Some(Identity { cert_pem, key_pem })
+}
+
+/// Renews the node's client certificate (`cert_pem`) in the last fifth of its life, through the
+/// node's own identity (the control plane approves a node's renewal of its own name), records
+/// it, and then asks the agent to restart (`restart`) so every client uses the new certificate
+/// (pods keep running across an agent restart). Failures are retried every 5 minutes.
+pub async fn keep_client_certificate(
+    client: kube::Client,
+    node: String,
+    cert_pem: String,
+    ca_pem: String,
+    dir: PathBuf,
+    state: Option<StateStore>,
+    restart: std::sync::Arc<tokio::sync::Notify>,
+) {
+    let Some((_, not_after)) = transport::tls::certificate_names(&cert_pem) else {
+        return;
+    };
+    let due = crate::serving::renew_at(&[], not_after, &[], SystemTime::now());
+    let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
+    tracing::info!(
+        renew_in_s = wait.as_secs(),
+        "client certificate renewal scheduled"
+    );
+    // Long sleeps in steps, so a clock that jumps is noticed within a day.
+    while SystemTime::now() < due {
+        let left = due.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep(left.min(Duration::from_secs(86_400))).await;
+    }
+    loop {
+        match request_client_certificate(&client, &node, &dir, &ca_pem, state.as_ref()).await {
+            Ok(_) => {
+                tracing::info!(node = %node, "client certificate renewed; restarting the agent to use it");
+                restart.notify_one();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "client certificate renewal failed; retrying in 5 min");
+                tokio::time::sleep(Duration::from_secs(300)).await;
+            }
+        }
+    }
 }
 
 /// A new key and a CSR (PEM) for `CN=system:node:<node>, O=system:nodes` with `names` (DNS
@@ -520,12 +628,15 @@ async fn apply_pod_cidr(client: &kube::Client, name: &str) {
 
 /// Joins and then keeps the Lease and the Ready condition fresh, forever. Failures are retried
 /// with back-off (the control plane may come up after the node).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     settings: AgentSettings,
     state_dir: PathBuf,
+    partition: Option<StateStore>,
     authz: std::sync::Arc<crate::authz::Authorizer>,
     serving_cert: std::sync::Arc<transport::tls::SwappableCert>,
     state: std::sync::Arc<tokio::sync::watch::Sender<NodeState>>,
+    restart: std::sync::Arc<tokio::sync::Notify>,
 ) {
     let Some(cp) = settings.control_plane.clone() else {
         tracing::info!("no control plane configured; running standalone");
@@ -539,13 +650,13 @@ pub async fn run(
     let mut delay = Duration::from_secs(1);
     let client = loop {
         let joined = async {
-            let id = bootstrap(&cp, &name, &state_dir).await?;
-            tracing::info!(node = %name, "client certificate issued");
+            let id = bootstrap(&cp, &name, &state_dir, partition.as_ref()).await?;
+            tracing::info!(node = %name, "client certificate in use");
             let client = transport::kubeapi::client(
                 &cp.server,
                 &cp.ca_pem,
                 Credentials::Certificate {
-                    cert_pem: id.cert_pem,
+                    cert_pem: id.cert_pem.clone(),
                     key_pem: id.key_pem,
                 },
                 USER_AGENT,
@@ -559,7 +670,7 @@ pub async fn run(
             )
             .await?;
             renew_lease(&client, &name).await?;
-            Ok::<_, JoinError>(client)
+            Ok::<_, JoinError>((client, id.cert_pem))
         };
         match joined.await {
             Ok(c) => break c,
@@ -570,14 +681,25 @@ pub async fn run(
             }
         }
     };
+    let (client, client_cert) = client;
     tracing::info!(node = %name, server = %cp.server, "node registered");
     authz.set_client(client.clone());
+    tokio::spawn(keep_client_certificate(
+        client.clone(),
+        name.clone(),
+        client_cert,
+        cp.ca_pem.clone(),
+        state_dir.clone(),
+        partition.clone(),
+        restart,
+    ));
     tokio::spawn(crate::serving::keep(
         client.clone(),
         name.clone(),
         settings.node_ip.clone(),
         state_dir.clone(),
         serving_cert,
+        partition,
     ));
     let pressure = std::sync::Arc::new(tokio::sync::watch::channel(Pressure::default()).0);
     let pods = crate::pods::run(
@@ -737,5 +859,41 @@ mod tests {
             )
         );
         assert_eq!(memory(&c).expect("MemoryPressure")["lastTransitionTime"], "t4");
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    /// A self-signed certificate valid until `not_after` (seconds after the epoch), and its key.
+    fn cert(not_after: u64) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = (SystemTime::UNIX_EPOCH + Duration::from_secs(not_after)).into();
+        let c = params.self_signed(&key).expect("cert");
+        (c.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_stored_identity_is_used_only_while_valid_and_for_the_same_ca() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        assert!(stored_identity(d, "CA", now).is_none(), "nothing stored");
+        let (c, k) = cert(1_900_000_000);
+        std::fs::write(d.join("node.crt"), &c).expect("write");
+        std::fs::write(d.join("node.key"), &k).expect("write");
+        // An identity from before ca.crt was kept: used.
+        assert!(stored_identity(d, "CA", now).is_some());
+        std::fs::write(d.join("ca.crt"), "CA\n").expect("write");
+        let id = stored_identity(d, "CA", now).expect("same CA");
+        assert_eq!((id.cert_pem, id.key_pem), (c, k));
+        assert!(stored_identity(d, "OTHER CA", now).is_none(), "another cluster");
+        let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_001);
+        assert!(stored_identity(d, "CA", later).is_none(), "expired");
+        std::fs::write(d.join("node.crt"), "not a certificate").expect("write");
+        assert!(stored_identity(d, "CA", now).is_none(), "unparsable");
     }
 }

@@ -53,6 +53,7 @@ pub async fn keep(
     node_ip: Option<String>,
     dir: PathBuf,
     cert: Arc<SwappableCert>,
+    partition: Option<crate::state::StateStore>,
 ) {
     let wanted = names(&node, node_ip.as_deref());
     let (cert_path, key_path) = (dir.join("serving.crt"), dir.join("serving.key"));
@@ -75,7 +76,7 @@ pub async fn keep(
             continue;
         }
         match request(&client, &node, &wanted, &cert_path, &key_path).await {
-            Ok(()) => {}
+            Ok(()) => crate::node::keep_identity(partition.as_ref(), &dir),
             Err(e) => {
                 tracing::warn!(node = %node, error = %e, retry_in_s = RETRY.as_secs(), "no serving certificate");
                 tokio::time::sleep(RETRY).await;
@@ -112,21 +113,9 @@ async fn request(
         move |source| JoinError::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    write_private(key_path, &key.serialize_pem()).map_err(io(key_path))?;
+    crate::state::write_private(key_path, key.serialize_pem().as_bytes()).map_err(io(key_path))?;
     std::fs::write(cert_path, &cert_pem).map_err(io(cert_path))?;
     Ok(())
-}
-
-fn write_private(path: &Path, data: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(data.as_bytes())
 }
 
 #[cfg(test)]

@@ -38,6 +38,26 @@ enum Command {
     Controllers(ControllersArgs),
     /// Simulated nodes (no containers) that register, heartbeat and run pods bound to them.
     HollowNodes(controlplane::hollow::HollowArgs),
+    /// Node bootstrap tokens (`token create`), as `kubeadm token`.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Creates a bootstrap token Secret through the API server and prints the token
+    /// (`<id>.<secret>`) for a node's `controlPlane.bootstrapToken`.
+    Create {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// How long the token is valid; `0` for never.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+        #[arg(long, default_value = "A node bootstrap token (controlplane token create).")]
+        description: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -71,6 +91,12 @@ struct ServeArgs {
     /// force without a restart (a file that does not parse is logged and changes nothing).
     #[arg(long, requires = "encryption_provider_config")]
     encryption_provider_config_automatic_reload: bool,
+    /// How long the node bootstrap token of the first start (`DIR/pki/bootstrap.token`) stays
+    /// valid (kubeadm's default, 24h); `0` for a token that never expires. Nodes that joined
+    /// keep their own certificates (on their state partition) and do not need it again; more
+    /// tokens: `controlplane token create`.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    bootstrap_token_ttl: Duration,
     /// Do not run the scheduler in process (e.g. to run another one against this server).
     #[arg(long)]
     no_scheduler: bool,
@@ -318,6 +344,31 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }),
         Command::HollowNodes(args) => rt.block_on(controlplane::hollow::run(args)),
+        Command::Token {
+            command:
+                TokenCommand::Create {
+                    kubeconfig,
+                    ttl,
+                    description,
+                },
+        } => rt.block_on(async move {
+            use controlplane::api::{new_token, token_secret};
+            let client = transport::kubeapi::from_kubeconfig(&kubeconfig, "controlplane-token nodeos")
+                .await
+                .context("--kubeconfig")?;
+            let token = new_token().map_err(|e| anyhow::anyhow!("random token: {e}"))?;
+            let (id, secret) = token.split_once('.').context("a new token has the token shape")?;
+            let ttl = Some(ttl).filter(|t| !t.is_zero());
+            let obj = token_secret(id, secret, &description, ttl, std::time::SystemTime::now());
+            let secret: k8s_openapi::api::core::v1::Secret =
+                serde_json::from_value(obj).context("the token Secret")?;
+            kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, "kube-system")
+                .create(&kube::api::PostParams::default(), &secret)
+                .await
+                .context("creating the bootstrap token Secret")?;
+            println!("{token}");
+            Ok(())
+        }),
     }
 }
 
@@ -347,6 +398,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let first_start = !data_dir.join("pki").exists();
     let pki = Arc::new(Pki::load_or_create(&data_dir.join("pki"), &sans).context("cluster PKI")?);
     let mut store: Arc<dyn controlplane::storage::Store> = match &args.etcd {
         Some(url) => {
@@ -397,10 +449,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("authorization: {e}"))?;
     // The node bootstrap token of DIR/pki/bootstrap.token authenticates through its Secret
-    // (RBAC lets `system:bootstrappers` only create and read CSRs).
-    api.ensure_bootstrap_token(&pki.bootstrap_token)
-        .await
-        .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
+    // (RBAC lets `system:bootstrappers` only create and read CSRs), written at the first start
+    // only: a restart never revives it once it expired or was deleted.
+    if first_start {
+        let ttl = Some(args.bootstrap_token_ttl).filter(|t| !t.is_zero());
+        api.ensure_bootstrap_token(&pki.bootstrap_token, ttl)
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

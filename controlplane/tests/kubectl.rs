@@ -993,6 +993,53 @@ fn bearer_tokens_and_unknown_clients() {
     );
     let out = run_args("boot.kubeconfig", boot, &["get", "csr"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The token of the first start expires a day after it (--bootstrap-token-ttl's default).
+    let expiration = |id: &str| {
+        let name = format!("bootstrap-token-{id}");
+        let args = [
+            "-n",
+            "kube-system",
+            "get",
+            "secret",
+            &name,
+            "-o",
+            "jsonpath={.data.expiration}",
+        ];
+        let out = run_args("good.kubeconfig", admin_token.trim(), &args);
+        let b64 = String::from_utf8_lossy(&out.stdout).to_string();
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|e| kcore::time::parse_rfc3339(&e))
+    };
+    let now = kcore::time::unix_seconds(std::time::SystemTime::now());
+    let first = expiration(id).expect("the first token expires");
+    assert!(
+        (now + 86_400 - 120..=now + 86_400).contains(&first),
+        "{first} vs {now}"
+    );
+    // `controlplane token create` makes more, as `kubeadm token create` does.
+    let create = |ttl: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_controlplane"))
+            .args(["token", "create", "--kubeconfig"])
+            .arg(s.kubeconfig())
+            .args(["--ttl", ttl])
+            .output()
+            .expect("controlplane token create");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let hour = create("1h");
+    let (hour_id, _) = hour.split_once('.').expect("<id>.<secret>");
+    let out = run_args("hour.kubeconfig", &hour, &["get", "csr"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let at = expiration(hour_id).expect("expires");
+    assert!(
+        (now + 3_600 - 120..=now + 3_600 + 120).contains(&at),
+        "{at} vs {now}"
+    );
+    let forever = create("0");
+    assert!(expiration(forever.split('.').next().unwrap_or_default()).is_none());
 }
 
 /// The official Python client (`kubernetes` from PyPI, in the venv `./build.sh setup` makes):

@@ -37,7 +37,7 @@ pub const NODE_MODULES: &[&str] = &[
 
 /// The subset (with its closure) loaded before `init: ready`: the machine config (fw_cfg), the
 /// network and block devices, and the power button.
-pub const BOOT_MODULES: &[&str] = &["qemu_fw_cfg", "virtio_net", "evdev", "button"];
+pub const BOOT_MODULES: &[&str] = &["qemu_fw_cfg", "virtio_net", "virtio_blk", "evdev", "button"];
 
 /// Errors reading the kernel package.
 #[derive(Debug, thiserror::Error)]

@@ -184,12 +184,7 @@ pub const DEFAULT_IMAGE_SIZE: &str = "25%";
 /// A `storage.<field>` size as the tmpfs `size=` option (`N%` or bytes).
 fn tmpfs_size(field: &str, text: &str) -> Result<String, ConfigError> {
     let field = format!("storage.{field}");
-    let bad = || {
-        invalid(
-            &field,
-            format!("{text:?} is not <N>% (1-90) or <N>Mi / <N>Gi"),
-        )
-    };
+    let bad = || invalid(&field, format!("{text:?} is not <N>% (1-90) or <N>Mi / <N>Gi"));
     let number = |digits: &str| -> Result<u64, ConfigError> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
@@ -567,7 +562,10 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
     let storage = &doc.storage;
     let ephemeral_size = tmpfs_size(
         "ephemeralSize",
-        storage.ephemeral_size.as_deref().unwrap_or(DEFAULT_EPHEMERAL_SIZE),
+        storage
+            .ephemeral_size
+            .as_deref()
+            .unwrap_or(DEFAULT_EPHEMERAL_SIZE),
     )?;
     let image_size = tmpfs_size(
         "imageSize",
@@ -688,10 +686,16 @@ mod tests {
         let default = load(Some(doc), "").expect("valid").expect("present");
         assert_eq!(default.image_size, "25%");
         let set = with(r#""1Gi""#).expect("valid");
-        assert_eq!((set.image_size.as_str(), set.ephemeral_size.as_str()), ("1073741824", "50%"));
+        assert_eq!(
+            (set.image_size.as_str(), set.ephemeral_size.as_str()),
+            ("1073741824", "50%")
+        );
         for size in [r#""0%""#, r#""8Mi""#, r#""lots""#] {
             let err = with(size).expect_err(size).to_string();
-            assert!(err.starts_with("invalid field storage.imageSize"), "{size}: {err}");
+            assert!(
+                err.starts_with("invalid field storage.imageSize"),
+                "{size}: {err}"
+            );
         }
     }
 

@@ -328,8 +328,12 @@ fn up_inner(opts: &UpOptions, started: &mut Vec<Proc>) -> Result<()> {
                 (REGISTRY_GUEST.0.into(), REGISTRY_GUEST.1, registry_port),
             ],
         };
+        // The node's state partition: its identity survives `cluster node NAME poweroff|start`.
+        let disk = ndir.join("state.img");
+        crate::vm::state_disk(&disk)?;
         let cfg = VmConfig::direct(&out, arch)?
             .with_memory_mib(opts.memory_mib)
+            .with_extra_disk(&disk)
             .with_nics(vec![nic])
             .with_lan(Lan {
                 mac: format!("52:54:00:4e:01:{i:02x}"),

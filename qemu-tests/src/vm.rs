@@ -181,6 +181,13 @@ impl VmConfig {
         self
     }
 
+    /// Attaches a raw disk (a virtio disk after the others).
+    #[must_use]
+    pub fn with_extra_disk(mut self, path: &Path) -> Self {
+        self.extra_disks.push(path.to_path_buf());
+        self
+    }
+
     #[must_use]
     pub fn with_cpus(mut self, cpus: u32) -> Self {
         self.cpus = cpus;
@@ -294,6 +301,25 @@ pub struct Vm {
     started: Instant,
     /// Host ports forwarded to the guest, as configured.
     pub forwards: Vec<(u16, u16)>,
+}
+
+/// Writes a blank disk holding only the node's state partition (GPT name `nodeos-state`, 2 MiB),
+/// as the disk image has one: attached to a direct-booted node, it keeps the node's identity
+/// across reboots. An existing file is left as it is (the node's record).
+pub fn state_disk(path: &Path) -> Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let disk = image::disk::build_gpt(
+        &path.display().to_string(),
+        &[image::disk::Partition {
+            name: "nodeos-state".into(),
+            type_guid: image::disk::LINUX_DATA_TYPE.into(),
+            size_mib: 2,
+            contents: Vec::new(),
+        }],
+    )?;
+    std::fs::write(path, disk).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A free TCP port on 127.0.0.1.

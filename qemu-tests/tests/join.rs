@@ -115,3 +115,92 @@ fn x86_64_and_arm64_nodes_join_one_control_plane() -> Result<()> {
     ensure!(!renew("node-arm64")?.is_empty());
     Ok(())
 }
+
+/// A node with a state partition keeps its identity across a reboot, so the bootstrap token may
+/// be gone by then (it expires a day after the control plane's first start): the node comes back
+/// with the client and serving certificates it recorded, and asks for nothing new.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn a_rebooted_node_keeps_its_identity_without_the_bootstrap_token() -> Result<()> {
+    let cp = ControlPlane::start()?;
+    let mut f = VmFactory::new("identity")?;
+    let disk = f.dir().join("state.img");
+    qemu_tests::vm::state_disk(&disk)?;
+    let node = "keeper";
+    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+        .with_nics(vec![cp.nic()])
+        .with_fw_cfg(cp.machine_config(node)?)
+        .with_extra_disk(&disk);
+    let mut vm = f.start(&cfg)?;
+    let read = vm.wait_for_line("agent: state partition read", BOOT)?;
+    ensure!(
+        read.contains("restored=0"),
+        "a blank partition restores nothing: {read}"
+    );
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    // Recorded twice: after the client certificate, after the serving certificate.
+    vm.wait_for_lines("identity recorded on the state partition", 2, BOOT)?;
+    vm.qmp("system_powerdown", None)?;
+    let status = vm.wait_exit(Duration::from_secs(120))?;
+    ensure!(status.success(), "QEMU: {status}");
+    drop(vm);
+    // The token is gone: an expired or deleted one cannot join anyone.
+    let token = std::fs::read_to_string(cp.dir().join("pki/bootstrap.token"))?;
+    let id = token.trim().split('.').next().unwrap_or_default().to_string();
+    cp.kubectl(&[
+        "-n",
+        "kube-system",
+        "delete",
+        "secret",
+        &format!("bootstrap-token-{id}"),
+    ])?;
+    let mut vm = f.start(&cfg)?;
+    let read = vm.wait_for_line("agent: state partition read", BOOT)?;
+    ensure!(
+        read.contains("restored=5"),
+        "ca.crt, node.crt/key, serving.crt/key: {read}"
+    );
+    vm.wait_for_line("agent: node registered", BOOT)?;
+    vm.wait_for_line("serving certificate in use", BOOT)?;
+    let console = vm.console();
+    ensure!(
+        !console.contains("joining the control plane failed")
+            && !console.contains("serving certificate requested"),
+        "the node asked for something again:\n{console}"
+    );
+    let csrs = cp.kubectl(&[
+        "get",
+        "csr",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.signerName}{\"\\n\"}{end}",
+    ])?;
+    let mut signers: Vec<&str> = csrs.lines().collect();
+    signers.sort();
+    ensure!(
+        signers
+            == [
+                "kubernetes.io/kube-apiserver-client-kubelet",
+                "kubernetes.io/kubelet-serving"
+            ],
+        "one CSR of each, from the first boot:\n{csrs}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = cp.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])?;
+        if ready == "True" {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{node} not Ready after the reboot: {ready}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Ok(())
+}

@@ -265,11 +265,15 @@ mod tests {
         let (slow, slow_body) = budget_channel(100, patience, shared.clone());
         let (fast, mut fast_body) = budget_channel(100, patience, shared.clone());
         // The slow reader fills the shared budget (one chunk goes when its queue is empty).
-        slow.send(Bytes::from_static(b"0123456789ab")).await.expect("send");
+        slow.send(Bytes::from_static(b"0123456789ab"))
+            .await
+            .expect("send");
         assert_eq!(shared.queued(), 12);
         // A reader that keeps up still gets every chunk, though the sum is over the limit.
         for _ in 0..3 {
-            fast.send(Bytes::from_static(b"xyz")).await.expect("nothing queued: goes");
+            fast.send(Bytes::from_static(b"xyz"))
+                .await
+                .expect("nothing queued: goes");
             let got = fast_body.frame().await.expect("frame").expect("data");
             assert_eq!(&got.into_data().expect("data")[..], b"xyz");
         }

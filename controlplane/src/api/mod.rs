@@ -28,6 +28,8 @@ pub mod status;
 mod streams;
 pub use streams::KUBELET_ENDPOINT_ANNOTATION;
 mod verbs;
+
+pub use verbs::bootstrap_tokens::{new_token, token_secret};
 mod versions;
 
 use std::sync::{Arc, OnceLock};

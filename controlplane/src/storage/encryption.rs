@@ -423,8 +423,7 @@ impl EncryptionConfig {
                 ];
                 if let Some((kind, Some(keys))) = keyed.iter().find(|(_, k)| k.is_some()) {
                     transformers.extend(
-                        keyed_transformers(kind, keys)
-                            .map_err(|m| invalid(format!("providers[{p}].{m}")))?,
+                        keyed_transformers(kind, keys).map_err(|m| invalid(format!("providers[{p}].{m}")))?,
                     );
                 } else {
                     transformers.push(Transformer {
@@ -821,9 +820,11 @@ mod tests {
         let boxed = "8442bc313f4626f1359e3b50122b6ce6fe66ddfe7d39d14e637eb4fd5b45beadab55198df6ab5368439792a23c87db70acb6156dc5ef957ac04f6276cf6093b84be77ff0849cc33e34b7254d5a8f65ad";
         let mut stored = b"k8s:enc:secretbox:v1:k:".to_vec();
         stored.extend([2u8; 24]);
-        stored.extend((0..boxed.len()).step_by(2).map(|i| {
-            u8::from_str_radix(&boxed[i..i + 2], 16).expect("hex")
-        }));
+        stored.extend(
+            (0..boxed.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&boxed[i..i + 2], 16).expect("hex")),
+        );
         assert_eq!(c.decrypt(SECRET, stored.clone()).expect("opens"), [3u8; 64][..]);
         // Any flipped bit fails; secretbox binds no key, so another key path still reads it.
         let mut flipped = stored.clone();
@@ -860,7 +861,10 @@ mod tests {
         };
         store.write(put(SECRET)).await.expect("write");
         assert!(raw(SECRET).await.starts_with(b"k8s:enc:aescbc:v1:old:"));
-        assert!(!reloader.check().expect("unchanged file"), "same bytes: nothing to do");
+        assert!(
+            !reloader.check().expect("unchanged file"),
+            "same bytes: nothing to do"
+        );
         // A new first key: later writes use it, the old value still reads.
         let rotated = file_text(&(aes("secretbox", "new", &[2; 32]) + &aes("aescbc", "old", &[1; 32])));
         std::fs::write(&path, &rotated).expect("write");
@@ -868,7 +872,10 @@ mod tests {
         const OTHER: &str = "/registry/core/secrets/default/s2";
         store.write(put(OTHER)).await.expect("write");
         assert!(raw(OTHER).await.starts_with(b"k8s:enc:secretbox:v1:new:"));
-        assert_eq!(store.get(SECRET).await.expect("get").expect("stored").value, &b"{}"[..]);
+        assert_eq!(
+            store.get(SECRET).await.expect("get").expect("stored").value,
+            &b"{}"[..]
+        );
         // A broken file is an error once and leaves the rotated configuration in force.
         std::fs::write(&path, "kind: nonsense\n").expect("write");
         assert!(reloader.check().is_err());
@@ -876,7 +883,10 @@ mod tests {
         const THIRD: &str = "/registry/core/secrets/default/s3";
         store.write(put(THIRD)).await.expect("write");
         assert!(raw(THIRD).await.starts_with(b"k8s:enc:secretbox:v1:new:"));
-        assert_eq!(store.get(OTHER).await.expect("get").expect("stored").value, &b"{}"[..]);
+        assert_eq!(
+            store.get(OTHER).await.expect("get").expect("stored").value,
+            &b"{}"[..]
+        );
     }
 
     #[test]

@@ -467,7 +467,23 @@ async fn impersonation_and_access_reviews() {
 async fn bootstrap_token_secrets_authenticate_until_they_expire() {
     let f = fixture().await;
     let token = "abc123.0123456789abcdef";
-    f.api.ensure_bootstrap_token(token).await.expect("token secret");
+    f.api
+        .ensure_bootstrap_token(token, Some(Duration::from_secs(86_400)))
+        .await
+        .expect("token secret");
+    let (_, stored) = f
+        .get("/api/v1/namespaces/kube-system/secrets/bootstrap-token-abc123")
+        .await;
+    let expires = stored["data"]["expiration"]
+        .as_str()
+        .and_then(object::unb64)
+        .and_then(|e| kcore::time::parse_rfc3339(&e))
+        .expect("an expiration");
+    let in_a_day = kcore::time::unix_seconds(std::time::SystemTime::now()) + 86_400;
+    assert!(
+        (in_a_day - 5..=in_a_day).contains(&expires),
+        "{expires} vs {in_a_day}"
+    );
     let holder = f
         .api
         .authenticate_bootstrap_token(token)
@@ -610,7 +626,10 @@ async fn pods_need_their_service_account_and_mirror_pods_may_reference_none() {
     // Once the account exists (with pull secrets), the pod is admitted and gets them.
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"},
         "imagePullSecrets": [{"name": "regcred"}]});
-    assert_eq!(f.post("/api/v1/namespaces/default/serviceaccounts", sa).await.0, 201);
+    assert_eq!(
+        f.post("/api/v1/namespaces/default/serviceaccounts", sa).await.0,
+        201
+    );
     let (code, created) = f.post(pods, ghost).await;
     assert_eq!(code, 201, "{created}");
     assert_eq!(created["spec"]["serviceAccountName"], "nobody");

@@ -7,7 +7,7 @@
 
 mod approval;
 mod bind;
-mod bootstrap_tokens;
+pub(crate) mod bootstrap_tokens;
 mod components;
 mod create;
 mod delete;

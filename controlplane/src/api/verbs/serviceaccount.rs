@@ -150,10 +150,7 @@ impl Api {
 /// Why a mirror pod (a node's static pod) may not be created: it references a service account,
 /// a secret, or a service-account token projection (upstream's messages).
 fn mirror_pod_references(spec: &Value) -> Result<(), &'static str> {
-    if spec["serviceAccountName"]
-        .as_str()
-        .is_some_and(|n| !n.is_empty())
-    {
+    if spec["serviceAccountName"].as_str().is_some_and(|n| !n.is_empty()) {
         return Err("a mirror pod may not reference service accounts");
     }
     if spec_refs(spec).iter().any(|(kind, _)| *kind == "secret") {
