@@ -127,7 +127,8 @@ mod tests {
         // The fields SEEDS-SPEC K30 reads.
         assert_eq!(
             kc["evictionHard"],
-            json!({"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"})
+            json!({"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%",
+                   "imagefs.available": "15%", "imagefs.inodesFree": "5%"})
         );
         assert_eq!(kc["mergeDefaultEvictionSettings"], json!(false));
         assert_eq!(

@@ -175,15 +175,26 @@ pub fn shortfall(wanted: u64, found: u64) -> String {
     )
 }
 
-/// Checks the image file system every [`PERIOD`] and removes images per `policy`, forever.
-pub async fn run(client: kube::Client, node: String, policy: Policy) {
+/// Checks the image file system every [`PERIOD`] and removes images per `policy`, forever; a
+/// request on `reclaim` (the eviction manager's, under image file system pressure) removes
+/// every unused image old enough at once and is answered with the bytes freed.
+pub async fn run(
+    client: kube::Client,
+    node: String,
+    policy: Policy,
+    mut reclaim: tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<u64>>,
+) {
     let mut tracker = Tracker::default();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        let answer = tokio::select! {
+            _ = tick.tick() => None,
+            Some(answer) = reclaim.recv() => Some(answer),
+        };
+        let all = answer.is_some();
         let checked = tokio::task::spawn_blocking(move || {
-            let r = collect(&mut tracker, &policy);
+            let r = collect(&mut tracker, &policy, all);
             (tracker, r)
         })
         .await;
@@ -197,6 +208,17 @@ pub async fn run(client: kube::Client, node: String, policy: Policy) {
                 return;
             }
         };
+        if let Some(answer) = answer {
+            let freed = match &result {
+                Ok(Some((_, plan))) => plan.freed,
+                _ => 0,
+            };
+            let _ = answer.send(freed);
+            if let Ok(Some((_, plan))) = &result {
+                tracing::info!(freed = plan.freed, images = ?plan.remove, "unused images removed for the eviction manager");
+            }
+            continue;
+        }
         match result {
             Ok(Some((wanted, plan))) if plan.freed < wanted => {
                 let msg = shortfall(wanted, plan.freed);
@@ -212,9 +234,14 @@ pub async fn run(client: kube::Client, node: String, policy: Policy) {
     }
 }
 
-/// One check (blocking): measures, and removes what the plan says. Returns the bytes wanted
-/// and the plan carried out, None when usage is below the high threshold.
-fn collect(tracker: &mut Tracker, policy: &Policy) -> Result<Option<(u64, Plan)>, runtime_api::ClientError> {
+/// One check (blocking): measures, and removes what the plan says (with `all`, every unused
+/// image old enough, whatever the thresholds: upstream's `DeleteUnusedImages`). Returns the
+/// bytes wanted and the plan carried out, None when usage is below the high threshold.
+fn collect(
+    tracker: &mut Tracker,
+    policy: &Policy,
+    all: bool,
+) -> Result<Option<(u64, Plan)>, runtime_api::ClientError> {
     let mut rt = runtime_api::Client::connect(std::path::Path::new(runtime_api::SOCKET))?;
     let images = rt.list_images()?;
     let used: BTreeSet<String> = rt.list_containers()?.into_iter().map(|c| c.image).collect();
@@ -228,7 +255,12 @@ fn collect(tracker: &mut Tracker, policy: &Policy) -> Result<Option<(u64, Plan)>
         st.blocks_available().saturating_mul(block),
         st.blocks().saturating_mul(block),
     );
-    let Some(wanted) = bytes_to_free(policy, available, capacity) else {
+    let wanted = if all {
+        Some(u64::MAX)
+    } else {
+        bytes_to_free(policy, available, capacity)
+    };
+    let Some(wanted) = wanted else {
         return Ok(None);
     };
     let min_age = Duration::from_secs(policy.minimum_age_seconds);

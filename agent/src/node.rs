@@ -378,7 +378,7 @@ fn conditions(now: &str, health: Health, since: &mut Transitions) -> Value {
         ),
         c(
             "PIDPressure",
-            true,
+            !p.pid,
             [
                 "False",
                 "KubeletHasSufficientPID",
@@ -702,6 +702,7 @@ pub async fn run(
         partition,
     ));
     let pressure = std::sync::Arc::new(tokio::sync::watch::channel(Pressure::default()).0);
+    let (image_reclaim, reclaim_requests) = tokio::sync::mpsc::channel(1);
     let pods = crate::pods::run(
         client.clone(),
         crate::pods::PodSettings {
@@ -711,12 +712,18 @@ pub async fn run(
             shutdown_bands: settings.shutdown_grace_period_by_pod_priority.clone(),
             thresholds,
             max_pod_grace: settings.eviction.eviction_max_pod_grace_period,
+            image_reclaim: Some(image_reclaim),
         },
         state.clone(),
         pressure.clone(),
     );
     let gc = settings.image_gc.unwrap_or_default();
-    tokio::spawn(crate::imagegc::run(client.clone(), name.clone(), gc));
+    tokio::spawn(crate::imagegc::run(
+        client.clone(),
+        name.clone(),
+        gc,
+        reclaim_requests,
+    ));
     let (cidr_client, cidr_node) = (client.clone(), name.clone());
     tokio::spawn(async move {
         // Pods get addresses from the node's own range, so the pod loop waits for it.
@@ -820,6 +827,7 @@ mod tests {
             pressure: Pressure {
                 memory: true,
                 disk: false,
+                pid: false,
             },
             shutting_down: false,
         };

@@ -200,8 +200,12 @@ fn a_bad_encryption_configuration_stops_the_start() {
             "secret is not of the expected length, got 5, expected one of [16 24 32]",
         ),
         (
-            vec!["  - secretbox:\n      keys: []\n".to_string()],
-            "supports the aescbc, aesgcm and identity providers only",
+            vec![aes("secretbox", "k", &[1; 16])],
+            "secretbox.keys[0].secret: secret is not of the expected length, got 16, expected one of [32]",
+        ),
+        (
+            vec!["  - kms:\n      name: x\n".to_string()],
+            "supports the aescbc, aesgcm, secretbox and identity providers only",
         ),
     ] {
         let cfg = config(dir.path(), "bad.yaml", &providers);

@@ -1323,3 +1323,75 @@ fn unused_images_are_garbage_collected() -> Result<()> {
     );
     Ok(())
 }
+
+/// `pid.available`: a pod that forks hundreds of processes sets the Node's PIDPressure and is
+/// evicted (lower priority first, then the most processes); a quiet pod stays.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn pid_pressure_evicts_the_pod_with_the_most_processes() -> Result<()> {
+    const PERCENT: u64 = 90;
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let node = "pid-node";
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "pid-pressure", node, |c| {
+        c["evictionHard"] = serde_json::json!({
+            "memory.available": "100Mi",
+            "pid.available": format!("{PERCENT}%"),
+        });
+    })?;
+    let image = guest_busybox();
+    cp.create(&pod("quiet", node, &image, "sleep 3600", "Always"))?;
+    cp.wait_for(&["pod", "quiet"], "{.status.phase}", |p| p == "Running", POD)?;
+    let signals = vm.wait_for_line("agent: node pressure signals", POD)?;
+    let field = |k: &str| {
+        qemu_tests::vm::field_u64(&signals, k).ok_or_else(|| anyhow::anyhow!("no {k} in {signals:?}"))
+    };
+    let (available, capacity) = (field("pid_available")?, field("pid_capacity")?);
+    let threshold = capacity * PERCENT / 100;
+    ensure!(
+        available > threshold + 50,
+        "too few free process ids before the test: {available} of {capacity}"
+    );
+    // Forks enough sleeping children to cross the threshold by 150, then waits.
+    let children = available - threshold + 150;
+    cp.create(&pod(
+        "forker",
+        node,
+        &image,
+        &format!("i=0; while [ $i -lt {children} ]; do sleep 3600 & i=$((i+1)); done; wait"),
+        "Always",
+    ))?;
+    let state = cp.wait_for(
+        &["pod", "forker"],
+        "{.status.phase}|{.status.reason}|{.status.conditions[?(@.type==\"DisruptionTarget\")].reason}|{.status.message}",
+        |s| s.starts_with("Failed|"),
+        POD,
+    )?;
+    let parts: Vec<&str> = state.splitn(4, '|').collect();
+    ensure!(
+        parts[..3] == ["Failed", "Evicted", "TerminationByKubelet"]
+            && parts[3].starts_with(&format!(
+                "The node was low on resource: pids. Threshold quantity: {threshold}, available: "
+            ))
+            && parts[3].ends_with(". ")
+            && !parts[3].contains("Container"),
+        "forker: {state}"
+    );
+    cp.wait_for(
+        &["node", node],
+        "{.status.conditions[?(@.type==\"PIDPressure\")].status}|{.status.conditions[?(@.type==\"PIDPressure\")].reason}",
+        |c| c == "True|KubeletHasInsufficientPID",
+        POD,
+    )?;
+    let quiet = cp.kubectl(&["get", "pod", "quiet", "-o", "jsonpath={.status.phase}"])?;
+    ensure!(quiet == "Running", "the quiet pod: {quiet}");
+    // Under PID pressure a new pod is turned away.
+    cp.create(&pod("late", node, &image, "sleep 3600", "Always"))?;
+    cp.wait_for(
+        &["pod", "late"],
+        "{.status.phase}|{.status.reason}|{.status.message}",
+        |s| s == "Failed|Evicted|The node had condition: [PIDPressure]. ",
+        POD,
+    )?;
+    Ok(())
+}

@@ -75,4 +75,7 @@ pub struct PodStats {
     pub memory: MemoryUsage,
     pub network: Option<NetworkUsage>,
     pub containers: Vec<ContainerStats>,
+    /// Tasks in the pod's cgroup (`pids.current`; CRI's `process_count`), None when unreadable.
+    #[serde(default)]
+    pub process_count: Option<u64>,
 }

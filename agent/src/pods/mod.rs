@@ -62,6 +62,9 @@ pub struct PodSettings {
     pub thresholds: pressure::Thresholds,
     /// `evictionMaxPodGracePeriod` (soft evictions).
     pub max_pod_grace: u64,
+    /// Image garbage collection, asked to remove unused images under image file system
+    /// pressure before a pod is evicted.
+    pub image_reclaim: Option<pressure::ImageReclaim>,
 }
 
 /// The runtime's sandboxes and containers (None when the runtime cannot be reached).
@@ -230,7 +233,11 @@ pub async fn run(
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
     let mut evict = tokio::time::interval(pressure::INTERVAL);
     evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut evictor = pressure::Evictor::new(settings.thresholds.clone(), settings.max_pod_grace);
+    let mut evictor = pressure::Evictor::new(
+        settings.thresholds.clone(),
+        settings.max_pod_grace,
+        settings.image_reclaim.clone(),
+    );
     let mut state_rx = state.subscribe();
     let mut shutting_down = false;
     if *state_rx.borrow_and_update() == NodeState::ShuttingDown {

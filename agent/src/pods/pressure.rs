@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::admission::Rejection;
 use super::events;
@@ -46,14 +46,31 @@ pub enum Signal {
     MemoryAvailable,
     NodefsAvailable,
     NodefsInodesFree,
+    /// The image file system (`runtime_api::IMAGE_ROOT`, a file system of its own).
+    ImagefsAvailable,
+    ImagefsInodesFree,
+    /// Process ids: min(`kernel.pid_max`, `kernel.threads-max`) less the tasks running.
+    PidAvailable,
 }
 
 impl Signal {
+    pub const ALL: [Signal; 6] = [
+        Signal::MemoryAvailable,
+        Signal::NodefsAvailable,
+        Signal::NodefsInodesFree,
+        Signal::ImagefsAvailable,
+        Signal::ImagefsInodesFree,
+        Signal::PidAvailable,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
             Signal::NodefsAvailable => "nodefs.available",
             Signal::NodefsInodesFree => "nodefs.inodesFree",
+            Signal::ImagefsAvailable => "imagefs.available",
+            Signal::ImagefsInodesFree => "imagefs.inodesFree",
+            Signal::PidAvailable => "pid.available",
         }
     }
 
@@ -61,9 +78,22 @@ impl Signal {
     pub fn resource(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory",
-            Signal::NodefsAvailable => "ephemeral-storage",
-            Signal::NodefsInodesFree => "inodes",
+            Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+            Signal::NodefsInodesFree | Signal::ImagefsInodesFree => "inodes",
+            Signal::PidAvailable => "pids",
         }
+    }
+
+    /// Whether the signal counts bytes (else inodes or process ids).
+    fn bytes(self) -> bool {
+        matches!(
+            self,
+            Signal::MemoryAvailable | Signal::NodefsAvailable | Signal::ImagefsAvailable
+        )
+    }
+
+    fn on_imagefs(self) -> bool {
+        matches!(self, Signal::ImagefsAvailable | Signal::ImagefsInodesFree)
     }
 }
 
@@ -100,7 +130,7 @@ pub struct Threshold {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ThresholdError {
     #[error(
-        "unsupported eviction signal {0:?} (this node observes memory.available, nodefs.available, nodefs.inodesFree)"
+        "unsupported eviction signal {0:?} (this node observes memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available)"
     )]
     Signal(String),
     #[error("{signal}: {value:?} is not a quantity or a percentage between 0% and 100%")]
@@ -158,8 +188,9 @@ impl EvictionConfig {
 }
 
 impl Default for Thresholds {
-    /// The kubelet's Linux defaults for the signals observed here: `memory.available<100Mi`,
-    /// `nodefs.available<10%`, `nodefs.inodesFree<5%`.
+    /// The kubelet's Linux defaults: `memory.available<100Mi`, `nodefs.available<10%`,
+    /// `nodefs.inodesFree<5%`, `imagefs.available<15%`, `imagefs.inodesFree<5%` (no
+    /// `pid.available` unless configured).
     fn default() -> Self {
         Thresholds(vec![
             Threshold {
@@ -177,6 +208,16 @@ impl Default for Thresholds {
                 amount: Amount::Percent(5.0),
                 grace_period: None,
             },
+            Threshold {
+                signal: Signal::ImagefsAvailable,
+                amount: Amount::Percent(15.0),
+                grace_period: None,
+            },
+            Threshold {
+                signal: Signal::ImagefsInodesFree,
+                amount: Amount::Percent(5.0),
+                grace_period: None,
+            },
         ])
     }
 }
@@ -188,12 +229,10 @@ impl Thresholds {
     pub fn parse(map: &BTreeMap<String, String>) -> Result<Self, ThresholdError> {
         let mut out = Vec::new();
         for (name, value) in map {
-            let signal = match name.as_str() {
-                "memory.available" => Signal::MemoryAvailable,
-                "nodefs.available" => Signal::NodefsAvailable,
-                "nodefs.inodesFree" => Signal::NodefsInodesFree,
-                _ => return Err(ThresholdError::Signal(name.clone())),
-            };
+            let signal = Signal::ALL
+                .into_iter()
+                .find(|s| s.name() == name)
+                .ok_or_else(|| ThresholdError::Signal(name.clone()))?;
             let bad = || ThresholdError::Value {
                 signal: name.clone(),
                 value: value.clone(),
@@ -260,6 +299,7 @@ pub fn met(thresholds: &Thresholds, obs: &BTreeMap<Signal, Observation>) -> Vec<
 pub struct Pressure {
     pub memory: bool,
     pub disk: bool,
+    pub pid: bool,
 }
 
 impl Pressure {
@@ -272,6 +312,9 @@ impl Pressure {
         if self.disk {
             c.push("DiskPressure");
         }
+        if self.pid {
+            c.push("PIDPressure");
+        }
         c
     }
 }
@@ -281,6 +324,7 @@ impl Pressure {
 pub struct Tracker {
     memory: Option<SystemTime>,
     disk: Option<SystemTime>,
+    pid: Option<SystemTime>,
     /// (signal, soft) → when it was first met, in the run of observations that still meets it.
     since: BTreeMap<(Signal, bool), SystemTime>,
 }
@@ -300,7 +344,11 @@ impl Tracker {
         for (t, _) in met {
             match t.signal {
                 Signal::MemoryAvailable => self.memory = Some(now),
-                Signal::NodefsAvailable | Signal::NodefsInodesFree => self.disk = Some(now),
+                Signal::PidAvailable => self.pid = Some(now),
+                Signal::NodefsAvailable
+                | Signal::NodefsInodesFree
+                | Signal::ImagefsAvailable
+                | Signal::ImagefsInodesFree => self.disk = Some(now),
             }
         }
         let holds = |at: Option<SystemTime>| {
@@ -309,6 +357,7 @@ impl Tracker {
         Pressure {
             memory: holds(self.memory),
             disk: holds(self.disk),
+            pid: holds(self.pid),
         }
     }
 }
@@ -372,6 +421,8 @@ pub struct Candidate {
     pub containers: BTreeMap<String, u64>,
     /// Use outside the containers (disk-backed pod volumes), counted for the pod.
     pub volumes: u64,
+    /// The pod's processes (its cgroup's `pids.current`), for `pid.available`.
+    pub processes: u64,
 }
 
 impl Candidate {
@@ -386,8 +437,8 @@ impl Candidate {
         let r = kcore::resources::pod_requests(spec);
         match signal {
             Signal::MemoryAvailable => r.memory,
-            Signal::NodefsAvailable => r.ephemeral_storage,
-            Signal::NodefsInodesFree => 0,
+            Signal::NodefsAvailable | Signal::ImagefsAvailable => r.ephemeral_storage,
+            Signal::NodefsInodesFree | Signal::ImagefsInodesFree | Signal::PidAvailable => 0,
         }
     }
 
@@ -398,12 +449,21 @@ impl Candidate {
 
 /// Ranks the candidates for `signal` (upstream's `rankMemoryPressure` / `rankDiskPressureFunc`:
 /// pods using more than they request first, then lower priority, then the largest use over
-/// the request) and returns the index of the first that may be evicted (critical pods never
-/// are). Inode pressure ranks by bytes too (the runtime does not count inodes per pod).
+/// the request; `rankPIDPressure`: lower priority, then more processes) and returns the index
+/// of the first that may be evicted (critical pods never are). Inode pressure ranks by bytes
+/// too (the runtime does not count inodes per pod); image file system pressure ranks as the
+/// node file system's does (pods hold images only while they exist).
 pub fn victim(signal: Signal, candidates: &[Candidate]) -> Option<usize> {
     let mut ranked: Vec<usize> = (0..candidates.len())
         .filter(|&i| !kcore::qos::is_critical_pod(&candidates[i].pod))
         .collect();
+    if signal == Signal::PidAvailable {
+        ranked.sort_by_key(|&i| {
+            let c = &candidates[i];
+            (c.priority(), std::cmp::Reverse(c.processes))
+        });
+        return ranked.first().copied();
+    }
     // The key computes the pod's requests: once per candidate, not per comparison.
     ranked.sort_by_cached_key(|&i| {
         let c = &candidates[i];
@@ -418,12 +478,14 @@ pub fn victim(signal: Signal, candidates: &[Candidate]) -> Option<usize> {
 }
 
 /// The evicted pod's message (upstream's `evictionMessage`): the resource, the threshold and
-/// what was available, then each container using more than it requests.
+/// what was available, then (memory and ephemeral storage only) each container using more than
+/// it requests.
 pub fn message(threshold: &Threshold, obs: &Observation, victim: &Candidate) -> String {
     let resource = threshold.signal.resource();
     let mut m = format!("The node was low on resource: {resource}. ");
-    // Bytes print as binary quantities, inode counts as decimal ones (as upstream's).
-    let binary = threshold.signal != Signal::NodefsInodesFree;
+    // Bytes print as binary quantities, inode and process counts as decimal ones (as
+    // upstream's).
+    let binary = threshold.signal.bytes();
     let format = |n: u64| kcore::quantity::format_bytes(n, binary);
     let quantity = match threshold.amount {
         Amount::Quantity(q, binary) => kcore::quantity::format_bytes(q, binary),
@@ -433,6 +495,10 @@ pub fn message(threshold: &Threshold, obs: &Observation, victim: &Candidate) -> 
         "Threshold quantity: {quantity}, available: {}. ",
         format(obs.available)
     ));
+    // Upstream names containers only for the resources it measures per container.
+    if !matches!(resource, "memory" | "ephemeral-storage") {
+        return m;
+    }
     for c in victim.pod.spec.iter().flat_map(|s| &s.containers) {
         let Some(&used) = victim.containers.get(&c.name) else {
             continue;
@@ -501,17 +567,54 @@ pub struct Evictor {
     evicting: Option<oneshot::Receiver<()>>,
     /// Whether the first observation was logged.
     logged: bool,
+    /// Asks image garbage collection to remove every unused image it may (answer: the bytes
+    /// freed): the reclaim tried before pods are evicted for the image file system.
+    images: Option<ImageReclaim>,
 }
 
+/// A request to remove unused images now; answered with the bytes freed.
+pub type ImageReclaim = mpsc::Sender<oneshot::Sender<u64>>;
+
 impl Evictor {
-    pub fn new(thresholds: Thresholds, max_pod_grace: u64) -> Self {
+    pub fn new(thresholds: Thresholds, max_pod_grace: u64, images: Option<ImageReclaim>) -> Self {
         Evictor {
             thresholds,
             max_pod_grace,
             tracker: Tracker::default(),
             evicting: None,
             logged: false,
+            images,
         }
+    }
+
+    /// Node-level reclaim before evicting for `signal` (upstream's `reclaimNodeLevelResources`):
+    /// for the image file system, unused images are removed; true when the signal's thresholds
+    /// are no longer met afterwards (as `observe` then measures), so no pod needs to go.
+    async fn reclaimed<F>(&self, signal: Signal, observe: F) -> bool
+    where
+        F: FnOnce() -> BTreeMap<Signal, Observation> + Send + 'static,
+    {
+        let Some(images) = self.images.as_ref().filter(|_| signal.on_imagefs()) else {
+            return false;
+        };
+        let (tx, rx) = oneshot::channel();
+        if images.send(tx).await.is_err() {
+            return false;
+        }
+        let freed = rx.await.unwrap_or(0);
+        let Some(obs) = blocking(observe).await else {
+            return false;
+        };
+        let still = met(&self.thresholds, &obs)
+            .iter()
+            .any(|(t, _)| t.signal == signal);
+        tracing::info!(
+            signal = signal.name(),
+            freed,
+            still_met = still,
+            "unused images removed"
+        );
+        !still
     }
 
     /// One round: measure, publish the pressure, and evict at most one of `targets` (the
@@ -532,6 +635,10 @@ impl Evictor {
                 memory_available = of(Signal::MemoryAvailable),
                 nodefs_available = of(Signal::NodefsAvailable),
                 nodefs_inodes_free = of(Signal::NodefsInodesFree),
+                imagefs_available = of(Signal::ImagefsAvailable),
+                imagefs_inodes_free = of(Signal::ImagefsInodesFree),
+                pid_available = of(Signal::PidAvailable),
+                pid_capacity = obs.get(&Signal::PidAvailable).map(|o| o.capacity),
                 "node pressure signals"
             );
         }
@@ -542,7 +649,12 @@ impl Evictor {
         pressure.send_if_modified(|old| {
             let changed = *old != p;
             if changed {
-                tracing::info!(memory = p.memory, disk = p.disk, "node pressure changed");
+                tracing::info!(
+                    memory = p.memory,
+                    disk = p.disk,
+                    pid = p.pid,
+                    "node pressure changed"
+                );
             }
             *old = p;
             changed
@@ -569,6 +681,10 @@ impl Evictor {
             format!("Attempting to reclaim {}", signal.resource()),
         )
         .await;
+        if self.reclaimed(signal, observe).await {
+            tracing::info!(signal = signal.name(), "pressure relieved without evicting a pod");
+            return;
+        }
         let candidates = usage(signal, &targets).await;
         let Some(i) = victim(signal, &candidates) else {
             tracing::warn!(signal = signal.name(), "no pod may be evicted");
@@ -597,7 +713,7 @@ impl Evictor {
 
 /// The candidates (one per target, in order) with their use of what `signal` measures.
 async fn usage(signal: Signal, targets: &[Target]) -> Vec<Candidate> {
-    let disk = signal != Signal::MemoryAvailable;
+    let disk = !matches!(signal, Signal::MemoryAvailable | Signal::PidAvailable);
     let uids: Vec<String> = targets
         .iter()
         .map(|t| t.pod.metadata.uid.clone().unwrap_or_default())
@@ -605,11 +721,12 @@ async fn usage(signal: Signal, targets: &[Target]) -> Vec<Candidate> {
     let measured = blocking(move || {
         let mut rt = runtime().ok()?;
         let listed = rt.list_pod_stats().ok()?;
-        let mut by_uid: BTreeMap<String, (BTreeMap<String, u64>, u64)> = BTreeMap::new();
+        let mut by_uid: BTreeMap<String, (BTreeMap<String, u64>, u64, u64)> = BTreeMap::new();
         for uid in &uids {
             let Some(p) = listed.iter().find(|p| &p.uid == uid) else {
                 continue;
             };
+            let processes = p.process_count.unwrap_or(0);
             let entry = if disk {
                 let Ok(p) = rt.pod_stats(&p.sandbox_id, true) else {
                     continue;
@@ -623,14 +740,14 @@ async fn usage(signal: Signal, targets: &[Target]) -> Vec<Candidate> {
                     })
                     .collect();
                 let dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), uid);
-                (containers, kcore::summary::disk_usage(&dir))
+                (containers, kcore::summary::disk_usage(&dir), processes)
             } else {
                 let containers = p
                     .containers
                     .iter()
                     .map(|c| (c.name.clone(), c.memory.working_set_bytes))
                     .collect();
-                (containers, 0)
+                (containers, 0, processes)
             };
             by_uid.insert(uid.clone(), entry);
         }
@@ -643,11 +760,12 @@ async fn usage(signal: Signal, targets: &[Target]) -> Vec<Candidate> {
         .iter()
         .map(|t| {
             let uid = t.pod.metadata.uid.clone().unwrap_or_default();
-            let (containers, volumes) = measured.get(&uid).cloned().unwrap_or_default();
+            let (containers, volumes, processes) = measured.get(&uid).cloned().unwrap_or_default();
             Candidate {
                 pod: t.pod.clone(),
                 containers,
                 volumes,
+                processes,
             }
         })
         .collect()
@@ -662,25 +780,59 @@ fn observe() -> BTreeMap<Signal, Observation> {
     {
         obs.insert(Signal::MemoryAvailable, m);
     }
-    let root = std::path::Path::new(kcore::allocatable::EPHEMERAL_ROOT);
-    if let Ok(st) = nix::sys::statvfs::statvfs(root) {
+    for (root, bytes, inodes) in [
+        (
+            kcore::allocatable::EPHEMERAL_ROOT,
+            Signal::NodefsAvailable,
+            Signal::NodefsInodesFree,
+        ),
+        (
+            runtime_api::IMAGE_ROOT,
+            Signal::ImagefsAvailable,
+            Signal::ImagefsInodesFree,
+        ),
+    ] {
+        let Ok(st) = nix::sys::statvfs::statvfs(root) else {
+            continue;
+        };
         let block = st.fragment_size();
         obs.insert(
-            Signal::NodefsAvailable,
+            bytes,
             Observation {
                 available: st.blocks_available().saturating_mul(block),
                 capacity: st.blocks().saturating_mul(block),
             },
         );
         obs.insert(
-            Signal::NodefsInodesFree,
+            inodes,
             Observation {
                 available: st.files_available(),
                 capacity: st.files(),
             },
         );
     }
+    let read = |p: &str| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+    if let (Some(pid_max), Ok(info)) = (read("/proc/sys/kernel/pid_max"), nix::sys::sysinfo::sysinfo()) {
+        obs.insert(
+            Signal::PidAvailable,
+            pid_observation(
+                pid_max,
+                read("/proc/sys/kernel/threads-max"),
+                info.process_count().into(),
+            ),
+        );
+    }
     obs
+}
+
+/// `pid.available` as the kubelet computes it: the most process ids the node can hand out
+/// (`kernel.pid_max`, bounded by `kernel.threads-max`) less the tasks running now.
+pub fn pid_observation(pid_max: u64, threads_max: Option<u64>, running: u64) -> Observation {
+    let capacity = threads_max.map_or(pid_max, |t| t.min(pid_max));
+    Observation {
+        available: capacity.saturating_sub(running),
+        capacity,
+    }
 }
 
 #[cfg(test)]
@@ -713,6 +865,7 @@ mod tests {
             pod,
             containers: [("main".to_string(), used)].into(),
             volumes: 0,
+            processes: 0,
         }
     }
 
@@ -745,14 +898,152 @@ mod tests {
         assert_eq!(d.reserved(Signal::MemoryAvailable, 1024 * MI), 100 * MI);
         assert_eq!(d.reserved(Signal::NodefsAvailable, 268_435_456), 26_843_545);
         assert_eq!(d.reserved(Signal::NodefsInodesFree, 1000), 50);
+        assert_eq!(d.reserved(Signal::ImagefsAvailable, 1000), 150);
+        assert_eq!(d.reserved(Signal::ImagefsInodesFree, 1000), 50);
+        assert_eq!(
+            d.reserved(Signal::PidAvailable, 1000),
+            0,
+            "no pid.available by default"
+        );
+        let more = Thresholds::parse(&map(&[
+            ("imagefs.available", "20%"),
+            ("imagefs.inodesFree", "1k"),
+            ("pid.available", "500"),
+        ]))
+        .expect("valid");
+        assert_eq!(more.reserved(Signal::ImagefsAvailable, 1000), 200);
+        assert_eq!(more.reserved(Signal::ImagefsInodesFree, 100_000), 1000);
+        assert_eq!(more.reserved(Signal::PidAvailable, 32_768), 500);
         for (k, v) in [
-            ("imagefs.available", "15%"),
-            ("pid.available", "10"),
+            ("containerfs.available", "15%"),
             ("memory.available", "x"),
             ("nodefs.available", "101%"),
         ] {
             assert!(Thresholds::parse(&map(&[(k, v)])).is_err(), "{k}={v}");
         }
+    }
+
+    #[tokio::test]
+    async fn image_pressure_removes_unused_images_before_evicting() {
+        let t = Thresholds::default();
+        let imagefs = |available: u64| {
+            move || -> BTreeMap<Signal, Observation> {
+                [(
+                    Signal::ImagefsAvailable,
+                    Observation {
+                        available,
+                        capacity: 1000,
+                    },
+                )]
+                .into()
+            }
+        };
+        let (tx, mut requests) = mpsc::channel::<oneshot::Sender<u64>>(1);
+        let gc = tokio::spawn(async move {
+            let mut asked = 0;
+            while let Some(answer) = requests.recv().await {
+                asked += 1;
+                let _ = answer.send(300);
+            }
+            asked
+        });
+        let e = Evictor::new(t.clone(), 0, Some(tx));
+        // Enough freed: no eviction. Not enough: evict. Other signals do not ask.
+        assert!(e.reclaimed(Signal::ImagefsAvailable, imagefs(400)).await);
+        assert!(!e.reclaimed(Signal::ImagefsAvailable, imagefs(100)).await);
+        assert!(!e.reclaimed(Signal::NodefsAvailable, imagefs(900)).await);
+        assert!(!e.reclaimed(Signal::MemoryAvailable, imagefs(900)).await);
+        drop(e);
+        assert_eq!(
+            gc.await.expect("gc task"),
+            2,
+            "asked for the two image signals only"
+        );
+        // Without image garbage collection there is nothing to reclaim.
+        let none = Evictor::new(t, 0, None);
+        assert!(!none.reclaimed(Signal::ImagefsAvailable, imagefs(900)).await);
+    }
+
+    #[test]
+    fn image_and_pid_signals_set_their_conditions_and_pid_pressure_ranks_by_processes() {
+        let t = Thresholds::parse(
+            &[
+                ("imagefs.available".to_string(), "15%".to_string()),
+                ("pid.available".to_string(), "100".to_string()),
+            ]
+            .into(),
+        )
+        .expect("valid");
+        let obs = |imagefs: u64, pids: u64| -> BTreeMap<Signal, Observation> {
+            [
+                (
+                    Signal::ImagefsAvailable,
+                    Observation {
+                        available: imagefs,
+                        capacity: 1000,
+                    },
+                ),
+                (
+                    Signal::PidAvailable,
+                    pid_observation(4_194_304, Some(1000), 1000 - pids),
+                ),
+            ]
+            .into()
+        };
+        let signals = |o| met(&t, &o).iter().map(|(t, _)| t.signal).collect::<Vec<_>>();
+        assert!(
+            signals(obs(150, 100)).is_empty(),
+            "at the threshold is not below it"
+        );
+        assert_eq!(
+            signals(obs(149, 99)),
+            vec![Signal::ImagefsAvailable, Signal::PidAvailable]
+        );
+        let mut tr = Tracker::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let p = tr.observe(&met(&t, &obs(149, 500)), now);
+        assert_eq!((p.memory, p.disk, p.pid), (false, true, false));
+        let p = tr.observe(&met(&t, &obs(900, 10)), now);
+        assert_eq!(p.conditions(), vec!["DiskPressure", "PIDPressure"]);
+        // PID pressure turns every pod away but critical ones (upstream: any pressure other
+        // than memory alone).
+        let pid_only = Pressure {
+            pid: true,
+            ..Pressure::default()
+        };
+        let burstable = requesting("bu", "10Mi", 0);
+        assert_eq!(
+            admit(pid_only, &burstable).map_err(|r| r.message),
+            Err("The node had condition: [PIDPressure]. ".to_string())
+        );
+        assert!(
+            admit(
+                pid_only,
+                &pod("crit", serde_json::json!({"priority": 2_000_001_000}))
+            )
+            .is_ok()
+        );
+        // Ranking: lower priority first, then more processes.
+        let with = |name: &str, priority: i32, processes: u64| Candidate {
+            processes,
+            ..candidate(requesting(name, "1Mi", priority), 0)
+        };
+        let cs = vec![with("few", 0, 3), with("many", 0, 40), with("important", 10, 400)];
+        assert_eq!(victim(Signal::PidAvailable, &cs), Some(1));
+        // The message counts processes in plain numbers.
+        let th = t.0[1];
+        let o = pid_observation(32_768, None, 32_700);
+        let using = Candidate {
+            containers: [("main".to_string(), 10 * MI)].into(),
+            ..cs[1].clone()
+        };
+        assert_eq!(
+            message(&th, &o, &using),
+            "The node was low on resource: pids. Threshold quantity: 100, available: 68. "
+        );
+        // threads-max bounds pid_max.
+        assert_eq!(pid_observation(4_194_304, Some(7_000), 100).capacity, 7_000);
+        assert_eq!(pid_observation(32_768, Some(70_000), 100).available, 32_668);
     }
 
     #[test]
@@ -829,7 +1120,8 @@ mod tests {
             tr.observe(&[(mem, o)], t0),
             Pressure {
                 memory: true,
-                disk: false
+                disk: false,
+                pid: false,
             }
         );
         assert!(
@@ -889,7 +1181,8 @@ mod tests {
             tr.observe(&m, at(0)),
             Pressure {
                 memory: true,
-                disk: false
+                disk: false,
+                pid: false,
             }
         );
         assert!(tr.evicting(&m, at(0)).is_empty());
@@ -920,14 +1213,17 @@ mod tests {
         let memory = Pressure {
             memory: true,
             disk: false,
+            pid: false,
         };
         let disk = Pressure {
             memory: false,
             disk: true,
+            pid: false,
         };
         let both = Pressure {
             memory: true,
             disk: true,
+            pid: false,
         };
         let verdict = |p: Pressure, pod: &Pod| admit(p, pod).map_err(|r| (r.reason, r.message));
         for p in [&best_effort, &burstable, &tolerating, &critical] {
@@ -1024,6 +1320,7 @@ mod tests {
             ]
             .into(),
             volumes: 0,
+            processes: 0,
         };
         assert_eq!(
             message(&t, &o, &c),
@@ -1059,6 +1356,7 @@ mod tests {
             pod: pod("p", serde_json::json!({})),
             containers: BTreeMap::new(),
             volumes: 0,
+            processes: 0,
         };
         assert_eq!(
             message(&disk, &d, &none),

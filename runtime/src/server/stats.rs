@@ -163,6 +163,11 @@ impl Runtime {
             interface_usage(&text, "eth0")
         });
         let (cpu, memory) = self.cgroup_usage(&st.cgroup)?;
+        let process_count = self
+            .tree
+            .read(&st.cgroup, "pids.current")
+            .ok()
+            .and_then(|n| n.trim().parse().ok());
         let mut containers = Vec::new();
         for cid in self.containers_of(sandbox_id) {
             match self.container_stats(&cid, disk) {
@@ -181,6 +186,7 @@ impl Runtime {
             memory,
             network,
             containers,
+            process_count,
         })
     }
 
