@@ -81,6 +81,7 @@ pub fn configz(settings: &AgentSettings, thresholds: &Thresholds) -> Value {
             .filter_map(|t| Some((t.signal.name().to_string(), Value::String(go_duration(t.grace_period?)))))
             .collect::<serde_json::Map<String, Value>>(),
         "evictionMaxPodGracePeriod": settings.eviction.eviction_max_pod_grace_period,
+        "evictionMinimumReclaim": settings.eviction.eviction_minimum_reclaim,
         "evictionPressureTransitionPeriod": go_duration(crate::pods::pressure::TRANSITION_PERIOD),
         "mergeDefaultEvictionSettings": false,
         "crashLoopBackOff": {"maxContainerRestartPeriod": go_duration(crate::pods::backoff::MAX)},

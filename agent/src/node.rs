@@ -713,6 +713,10 @@ pub async fn run(
             thresholds,
             max_pod_grace: settings.eviction.eviction_max_pod_grace_period,
             image_reclaim: Some(image_reclaim),
+            min_reclaim: settings.eviction.minimum_reclaim().unwrap_or_else(|e| {
+                tracing::error!(error = %e, "bad evictionMinimumReclaim; reclaiming to the thresholds only");
+                Default::default()
+            }),
         },
         state.clone(),
         pressure.clone(),

@@ -98,6 +98,9 @@ pub struct MachineConfigDoc {
     pub eviction_soft_grace_period: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub eviction_max_pod_grace_period: u64,
+    /// The kubelet's `evictionMinimumReclaim` (signal → `<quantity>` or `<N>%`).
+    #[serde(default)]
+    pub eviction_minimum_reclaim: std::collections::BTreeMap<String, String>,
     /// Image garbage collection (`highThresholdPercent`, `lowThresholdPercent`,
     /// `minimumAgeSeconds`); absent fields take the kubelet's defaults.
     #[serde(default, rename = "imageGC")]
@@ -577,10 +580,14 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         eviction_soft: doc.eviction_soft,
         eviction_soft_grace_period: doc.eviction_soft_grace_period,
         eviction_max_pod_grace_period: doc.eviction_max_pod_grace_period,
+        eviction_minimum_reclaim: doc.eviction_minimum_reclaim,
     };
     eviction
         .thresholds()
         .map_err(|e| invalid("eviction", e.to_string()))?;
+    eviction
+        .minimum_reclaim()
+        .map_err(|e| invalid("evictionMinimumReclaim", e.to_string()))?;
     if let Some(p) = &doc.image_gc {
         p.validate().map_err(|e| invalid("imageGC", e.to_string()))?;
     }
@@ -760,8 +767,8 @@ mod tests {
         );
         for (map, why) in [
             (
-                r#"{"imagefs.available":"15%"}"#,
-                "unsupported eviction signal \"imagefs.available\"",
+                r#"{"containerfs.available":"15%"}"#,
+                "unsupported eviction signal \"containerfs.available\"",
             ),
             (r#"{"memory.free":"1Mi"}"#, "unsupported eviction signal"),
             (r#"{"memory.available":"lots"}"#, "not a quantity or a percentage"),
@@ -788,6 +795,23 @@ mod tests {
             err.contains("grace period must be specified for the soft eviction threshold memory.available"),
             "{err}"
         );
+        // Minimum reclaim: the same signals and amounts.
+        let reclaim = |map: &str| {
+            let doc = format!(r#"{{"apiVersion":"nodeos/v1alpha1","evictionMinimumReclaim":{map}}}"#);
+            load(Some(doc.as_bytes()), "").map(|c| c.expect("present").eviction)
+        };
+        let e = reclaim(r#"{"memory.available":"50Mi","imagefs.available":"2%"}"#).expect("valid");
+        assert_eq!(e.minimum_reclaim().expect("valid").len(), 2);
+        for (map, why) in [
+            (r#"{"memory.free":"1Mi"}"#, "unsupported eviction signal"),
+            (r#"{"memory.available":"much"}"#, "not a quantity or a percentage"),
+        ] {
+            let err = reclaim(map).expect_err(map).to_string();
+            assert!(
+                err.starts_with("invalid field evictionMinimumReclaim") && err.contains(why),
+                "{map}: {err}"
+            );
+        }
     }
 
     #[test]

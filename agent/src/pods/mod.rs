@@ -65,6 +65,8 @@ pub struct PodSettings {
     /// Image garbage collection, asked to remove unused images under image file system
     /// pressure before a pod is evicted.
     pub image_reclaim: Option<pressure::ImageReclaim>,
+    /// `evictionMinimumReclaim`.
+    pub min_reclaim: pressure::MinimumReclaim,
 }
 
 /// The runtime's sandboxes and containers (None when the runtime cannot be reached).
@@ -237,7 +239,8 @@ pub async fn run(
         settings.thresholds.clone(),
         settings.max_pod_grace,
         settings.image_reclaim.clone(),
-    );
+    )
+    .with_minimum_reclaim(settings.min_reclaim.clone());
     let mut state_rx = state.subscribe();
     let mut shutting_down = false;
     if *state_rx.borrow_and_update() == NodeState::ShuttingDown {

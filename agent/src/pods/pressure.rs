@@ -161,10 +161,25 @@ pub struct EvictionConfig {
     /// `evictionMaxPodGracePeriod`: the longest grace a pod evicted at a soft threshold gets.
     #[serde(default)]
     pub eviction_max_pod_grace_period: u64,
+    /// `evictionMinimumReclaim`: signal → `<quantity>` or `<N>%`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
 }
 
 impl EvictionConfig {
     /// The thresholds it names (hard ones first), or why they are refused.
+    /// `evictionMinimumReclaim`, checked.
+    pub fn minimum_reclaim(&self) -> Result<MinimumReclaim, ThresholdError> {
+        let mut out = MinimumReclaim::new();
+        for (name, value) in &self.eviction_minimum_reclaim {
+            let signal = signal_named(name)?;
+            if let Some(amount) = parse_amount(name, value)? {
+                out.insert(signal, amount);
+            }
+        }
+        Ok(out)
+    }
+
     pub fn thresholds(&self) -> Result<Thresholds, ThresholdError> {
         let mut t = match &self.eviction_hard {
             Some(map) => Thresholds::parse(map)?,
@@ -185,6 +200,53 @@ impl EvictionConfig {
         }
         Ok(t)
     }
+}
+
+/// An amount as the kubelet writes one: `<quantity>` or `<N>%` (0-100). None for `0`, `0%` and
+/// `100%`, which switch a threshold off.
+fn parse_amount(signal: &str, value: &str) -> Result<Option<Amount>, ThresholdError> {
+    let bad = || ThresholdError::Value {
+        signal: signal.to_string(),
+        value: value.to_string(),
+    };
+    if let Some(p) = value.strip_suffix('%') {
+        let p: f64 = p.parse().map_err(|_| bad())?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(bad());
+        }
+        return Ok((p != 0.0 && p != 100.0).then_some(Amount::Percent(p)));
+    }
+    let q = kcore::quantity::bytes(value).ok_or_else(bad)?;
+    Ok((q != 0).then_some(Amount::Quantity(q, kcore::quantity::is_binary(value))))
+}
+
+fn signal_named(name: &str) -> Result<Signal, ThresholdError> {
+    Signal::ALL
+        .into_iter()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| ThresholdError::Signal(name.to_string()))
+}
+
+/// `evictionMinimumReclaim`: per signal, how much more than its threshold must be available
+/// before a threshold met (and acting) counts as resolved.
+pub type MinimumReclaim = BTreeMap<Signal, Amount>;
+
+/// The thresholds of `previous` (those that evicted last round) still unresolved: what is
+/// available is below the threshold plus its signal's minimum reclaim (upstream's
+/// `thresholdsMet(..., enforceMinReclaim=true)`).
+pub fn unresolved(
+    previous: &[Threshold],
+    min_reclaim: &MinimumReclaim,
+    obs: &BTreeMap<Signal, Observation>,
+) -> Vec<(Threshold, Observation)> {
+    previous
+        .iter()
+        .filter_map(|t| {
+            let o = obs.get(&t.signal)?;
+            let extra = min_reclaim.get(&t.signal).map_or(0, |m| m.of(o.capacity));
+            (o.available < t.amount.of(o.capacity).saturating_add(extra)).then_some((*t, *o))
+        })
+        .collect()
 }
 
 impl Default for Thresholds {
@@ -229,29 +291,9 @@ impl Thresholds {
     pub fn parse(map: &BTreeMap<String, String>) -> Result<Self, ThresholdError> {
         let mut out = Vec::new();
         for (name, value) in map {
-            let signal = Signal::ALL
-                .into_iter()
-                .find(|s| s.name() == name)
-                .ok_or_else(|| ThresholdError::Signal(name.clone()))?;
-            let bad = || ThresholdError::Value {
-                signal: name.clone(),
-                value: value.clone(),
-            };
-            let amount = if let Some(p) = value.strip_suffix('%') {
-                let p: f64 = p.parse().map_err(|_| bad())?;
-                if !(0.0..=100.0).contains(&p) {
-                    return Err(bad());
-                }
-                if p == 0.0 || p == 100.0 {
-                    continue;
-                }
-                Amount::Percent(p)
-            } else {
-                let q = kcore::quantity::bytes(value).ok_or_else(bad)?;
-                if q == 0 {
-                    continue;
-                }
-                Amount::Quantity(q, kcore::quantity::is_binary(value))
+            let signal = signal_named(name)?;
+            let Some(amount) = parse_amount(name, value)? else {
+                continue;
             };
             out.push(Threshold {
                 signal,
@@ -570,6 +612,10 @@ pub struct Evictor {
     /// Asks image garbage collection to remove every unused image it may (answer: the bytes
     /// freed): the reclaim tried before pods are evicted for the image file system.
     images: Option<ImageReclaim>,
+    min_reclaim: MinimumReclaim,
+    /// The thresholds that evicted last round: they act until resolved with their minimum
+    /// reclaim.
+    acting: Vec<Threshold>,
 }
 
 /// A request to remove unused images now; answered with the bytes freed.
@@ -584,7 +630,16 @@ impl Evictor {
             evicting: None,
             logged: false,
             images,
+            min_reclaim: MinimumReclaim::new(),
+            acting: Vec::new(),
         }
+    }
+
+    /// With `evictionMinimumReclaim`.
+    #[must_use]
+    pub fn with_minimum_reclaim(mut self, min_reclaim: MinimumReclaim) -> Self {
+        self.min_reclaim = min_reclaim;
+        self
     }
 
     /// Node-level reclaim before evicting for `signal` (upstream's `reclaimNodeLevelResources`):
@@ -605,9 +660,14 @@ impl Evictor {
         let Some(obs) = blocking(observe).await else {
             return false;
         };
-        let still = met(&self.thresholds, &obs)
+        let acting: Vec<Threshold> = self
+            .thresholds
+            .0
             .iter()
-            .any(|(t, _)| t.signal == signal);
+            .filter(|t| t.signal == signal)
+            .copied()
+            .collect();
+        let still = !unresolved(&acting, &self.min_reclaim, &obs).is_empty();
         tracing::info!(
             signal = signal.name(),
             freed,
@@ -642,10 +702,17 @@ impl Evictor {
                 "node pressure signals"
             );
         }
-        let met = met(&self.thresholds, &obs);
+        let mut met = met(&self.thresholds, &obs);
+        for u in unresolved(&self.acting, &self.min_reclaim, &obs) {
+            if !met.iter().any(|(t, _)| *t == u.0) {
+                met.push(u);
+            }
+        }
+        met.sort_by_key(|(t, _)| (t.signal, t.grace_period.is_some()));
         let now = SystemTime::now();
         let p = self.tracker.observe(&met, now);
         let met = self.tracker.evicting(&met, now);
+        self.acting = met.iter().map(|(t, _)| *t).collect();
         pressure.send_if_modified(|old| {
             let changed = *old != p;
             if changed {
@@ -923,6 +990,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn minimum_reclaim_keeps_an_acting_threshold_until_enough_is_back() {
+        let t = Thresholds::default();
+        let memory = t.0[0];
+        let min: MinimumReclaim = [(Signal::MemoryAvailable, Amount::Quantity(50 * MI, true))].into();
+        let obs = |mib: u64| -> BTreeMap<Signal, Observation> {
+            [(
+                Signal::MemoryAvailable,
+                Observation {
+                    available: mib * MI,
+                    capacity: 1024 * MI,
+                },
+            )]
+            .into()
+        };
+        // Threshold 100Mi: acting, it stays until 150Mi are available.
+        for (mib, still) in [(90, true), (120, true), (149, true), (150, false), (400, false)] {
+            assert_eq!(
+                !unresolved(&[memory], &min, &obs(mib)).is_empty(),
+                still,
+                "{mib}Mi"
+            );
+        }
+        // Without a minimum reclaim it resolves at the threshold itself.
+        assert!(unresolved(&[memory], &MinimumReclaim::new(), &obs(100)).is_empty());
+        // A threshold that was not acting is not kept.
+        assert!(unresolved(&[], &min, &obs(120)).is_empty());
+        // Percentages are of the capacity.
+        let pct: MinimumReclaim = [(Signal::MemoryAvailable, Amount::Percent(10.0))].into();
+        assert!(
+            !unresolved(&[memory], &pct, &obs(200)).is_empty(),
+            "100Mi + 102.4Mi"
+        );
+        assert!(unresolved(&[memory], &pct, &obs(203)).is_empty());
+        let cfg = EvictionConfig {
+            eviction_minimum_reclaim: [
+                ("memory.available".to_string(), "0".to_string()),
+                ("nodefs.available".to_string(), "5%".to_string()),
+            ]
+            .into(),
+            ..EvictionConfig::default()
+        };
+        assert_eq!(
+            cfg.minimum_reclaim().expect("valid"),
+            [(Signal::NodefsAvailable, Amount::Percent(5.0))].into()
+        );
+    }
+
     #[tokio::test]
     async fn image_pressure_removes_unused_images_before_evicting() {
         let t = Thresholds::default();
@@ -1141,6 +1256,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             eviction_max_pod_grace_period: 30,
+            ..EvictionConfig::default()
         };
         let t = config(&[("memory.available", "300Mi")], &[("memory.available", "1m30s")])
             .thresholds()
