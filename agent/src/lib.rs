@@ -127,6 +127,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let authz = Arc::new(authz::Authorizer::new(&node_name));
     let state = Arc::new(tokio::sync::watch::channel(NodeState::Running).0);
     let restart = Arc::new(tokio::sync::Notify::new());
+    let known: pods::KnownPods = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
     let partition = state::StateStore::find();
     if let Some(p) = &partition {
         match state::restore(p, &cfg.identity_dir) {
@@ -146,6 +147,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 cert.clone(),
                 state.clone(),
                 restart.clone(),
+                known.clone(),
             ));
         }
         use tokio::signal::unix::{SignalKind, signal};
@@ -153,7 +155,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let mut power =
             signal(SignalKind::from_raw(NODE_SHUTDOWN_SIGNAL as i32)).map_err(AgentError::Runtime)?;
         tokio::select! {
-            r = serve(cfg, ca_pem, node_name, cert, authz, configz) => r,
+            r = serve(cfg, ca_pem, node_name, cert, authz, configz, known.subscribe()) => r,
             _ = term.recv() => {
                 tracing::info!("SIGTERM: stopping");
                 Ok(())

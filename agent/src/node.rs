@@ -637,6 +637,7 @@ pub async fn run(
     serving_cert: std::sync::Arc<transport::tls::SwappableCert>,
     state: std::sync::Arc<tokio::sync::watch::Sender<NodeState>>,
     restart: std::sync::Arc<tokio::sync::Notify>,
+    known: crate::pods::KnownPods,
 ) {
     let Some(cp) = settings.control_plane.clone() else {
         tracing::info!("no control plane configured; running standalone");
@@ -720,6 +721,7 @@ pub async fn run(
         },
         state.clone(),
         pressure.clone(),
+        known,
     );
     let gc = settings.image_gc.unwrap_or_default();
     tokio::spawn(crate::imagegc::run(

@@ -1,4 +1,5 @@
 //! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and `/stats/summary`,
+//! `/configz`, `/pods` (a PodList of the pods bound to the node, as the agent last saw them),
 //! `/containerLogs/<namespace>/<pod>/<container>` and `/exec/<namespace>/<pod>/<container>`
 //! (what the API server proxies `pods/log` and `pods/exec` to) for clients with a certificate
 //! from the cluster CA whom the control plane allows the matching `nodes/<subresource>` verb
@@ -54,6 +55,8 @@ struct Ctx {
     node_name: String,
     sampler: stats::NodeSampler,
     authz: Arc<Authorizer>,
+    /// The pods bound to this node, for `/pods`.
+    pods: tokio::sync::watch::Receiver<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>,
 }
 
 /// A 200 with a JSON body.
@@ -64,6 +67,31 @@ fn json(body: impl Into<Bytes>) -> Response<Body> {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// The kubelet's `/pods`: a v1 PodList of the pods bound to the node, oldest first.
+fn pod_list(pods: &[Arc<k8s_openapi::api::core::v1::Pod>]) -> serde_json::Value {
+    let mut items: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(|p| &**p).collect();
+    items.sort_by(|a, b| {
+        let key = |p: &k8s_openapi::api::core::v1::Pod| {
+            (
+                p.metadata.creation_timestamp.clone(),
+                p.metadata.namespace.clone(),
+                p.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let items: Vec<serde_json::Value> = items
+        .into_iter()
+        .map(|p| {
+            let mut v = serde_json::to_value(p).unwrap_or_default();
+            v["apiVersion"] = serde_json::json!("v1");
+            v["kind"] = serde_json::json!("Pod");
+            v
+        })
+        .collect();
+    serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
 }
 
 /// `/stats/summary` as JSON.
@@ -105,6 +133,13 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
     }
     if path == "/configz" {
         return json(ctx.configz.clone());
+    }
+    if path == "/pods" || path == "/pods/" {
+        let items: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = ctx.pods.borrow().clone();
+        return match serde_json::to_vec(&pod_list(&items)) {
+            Ok(body) => json(body),
+            Err(e) => text(500, e.to_string()),
+        };
     }
     if !path.starts_with("/containerLogs/") {
         return text(404, "not found");
@@ -294,6 +329,7 @@ pub async fn serve(
     cert: Arc<SwappableCert>,
     authz: Arc<Authorizer>,
     configz: serde_json::Value,
+    pods: tokio::sync::watch::Receiver<Vec<Arc<k8s_openapi::api::core::v1::Pod>>>,
 ) -> Result<(), AgentError> {
     let tls = Arc::new(transport::tls::server_config_with(cert, ca_pem.as_deref())?);
     let listener = TcpListener::bind(cfg.listen)
@@ -308,10 +344,46 @@ pub async fn serve(
         node_name,
         sampler: stats::NodeSampler::new(cfg.cgroup_root.clone()),
         authz,
+        pods,
     });
     tracing::info!(listen = %cfg.listen, "ready");
     match transport::server::serve(listener, tls, Limits::default(), move |peer, req| {
         handle(peer, req, ctx.clone())
     })
     .await {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_are_listed_oldest_first_as_a_pod_list() {
+        let pod = |name: &str, created: &str| -> Arc<k8s_openapi::api::core::v1::Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "n1"},
+                }))
+                .expect("pod"),
+            )
+        };
+        let list = pod_list(&[
+            pod("young", "2026-12-02T10:00:00Z"),
+            pod("old", "2026-12-01T10:00:00Z"),
+        ]);
+        assert_eq!(
+            (&list["kind"], &list["apiVersion"]),
+            (&serde_json::json!("PodList"), &serde_json::json!("v1"))
+        );
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["old", "young"]);
+        assert_eq!(list["items"][0]["kind"], "Pod");
+        assert_eq!(pod_list(&[])["items"], serde_json::json!([]));
+    }
 }

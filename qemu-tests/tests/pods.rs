@@ -1161,6 +1161,16 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
     keeper["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"memory": "16Mi"}});
     cp.create(&keeper)?;
     cp.wait_for(&["pod", "keeper"], "{.status.phase}", |p| p == "Running", POD)?;
+    // The agent's /pods: the pods bound to the node, as it last saw them.
+    let listed = cp.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")])?;
+    let listed: serde_json::Value = serde_json::from_str(&listed)?;
+    ensure!(
+        listed["kind"] == "PodList"
+            && listed["items"].as_array().is_some_and(|items| items.len() == 1
+                && items[0]["metadata"]["name"] == "keeper"
+                && items[0]["spec"]["nodeName"] == node),
+        "/pods: {listed}"
+    );
     let signals = vm.wait_for_line("agent: node pressure signals", POD)?;
     let available = qemu_tests::vm::field_u64(&signals, "memory_available")
         .ok_or_else(|| anyhow::anyhow!("no memory_available in {signals:?}"))?;

@@ -191,13 +191,19 @@ async fn reject(ctx: &Ctx, pod: &mut Pod, r: admission::Rejection) {
     status.message = Some(r.message);
 }
 
+/// The pods bound to this node as the agent last saw them from the API server (what the
+/// kubelet's `/pods` answers).
+pub type KnownPods = Arc<watch::Sender<Vec<Arc<Pod>>>>;
+
 /// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
 /// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
+/// `known` follows the pods the workers hold.
 pub async fn run(
     client: kube::Client,
     settings: PodSettings,
     state: Arc<watch::Sender<NodeState>>,
     pressure: Arc<watch::Sender<pressure::Pressure>>,
+    known: KnownPods,
 ) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -306,6 +312,14 @@ pub async fn run(
             }
         }
         workers.retain(|_, h| !h.pod.is_closed());
+        let now: Vec<Arc<Pod>> = workers.values().filter_map(|h| h.pod.borrow().clone()).collect();
+        known.send_if_modified(|old| {
+            let same = old.len() == now.len() && old.iter().zip(&now).all(|(a, b)| Arc::ptr_eq(a, b));
+            if !same {
+                *old = now;
+            }
+            !same
+        });
     }
 }
 
