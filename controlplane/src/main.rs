@@ -97,6 +97,10 @@ struct ServeArgs {
     /// tokens: `controlplane token create`.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     bootstrap_token_ttl: Duration,
+    /// Where Service ClusterIPs come from (IPv4 CIDR, /8 to /30); the first address is the
+    /// `kubernetes` Service's.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: controlplane::api::ServiceRange,
     /// Do not run the scheduler in process (e.g. to run another one against this server).
     #[arg(long)]
     no_scheduler: bool,
@@ -441,7 +445,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         store = Arc::new(encrypted);
     }
-    let api = Api::new(store, pki.ca_pem.clone()).with_signer(pki.clone());
+    let api = Api::new(store, pki.ca_pem.clone())
+        .with_signer(pki.clone())
+        .with_service_range(args.service_cluster_ip_range);
     api.bootstrap()
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
@@ -461,6 +467,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    api.ensure_kubernetes_service(addr.port())
+        .await
+        .map_err(|e| anyhow::anyhow!("the kubernetes Service: {e}"))?;
     let kubeconfig = pki.write_kubeconfig(data_dir, addr)?;
     let mut tokens = server::Tokens::new();
     tokens.insert(

@@ -1157,10 +1157,40 @@ fn memory_pressure_evicts_the_pod_over_its_request() -> Result<()> {
         "an unknown agent path: {missing:?}"
     );
     let image = guest_busybox();
-    let mut keeper = pod("keeper", node, &image, "sleep 3600", "Always");
+    // A Service first: the pod's environment names it (and the kubernetes Service).
+    let svc = cp.create(&serde_json::json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web-svc"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))?;
+    let svc_ip = cp.kubectl(&["get", "svc", "web-svc", "-o", "jsonpath={.spec.clusterIP}"])?;
+    ensure!(
+        svc_ip.starts_with("10.9") || svc_ip.starts_with("10.1"),
+        "{svc}: {svc_ip}"
+    );
+    let mut keeper = pod("keeper", node, &image, "env | sort; sleep 3600", "Always");
     keeper["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"memory": "16Mi"}});
     cp.create(&keeper)?;
     cp.wait_for(&["pod", "keeper"], "{.status.phase}", |p| p == "Running", POD)?;
+    let deadline = std::time::Instant::now() + POD;
+    let env = loop {
+        let logs = cp.kubectl(&["logs", "keeper"]).unwrap_or_default();
+        if logs.contains("WEB_SVC_") || std::time::Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for line in [
+        "KUBERNETES_SERVICE_HOST=10.96.0.1".to_string(),
+        "KUBERNETES_SERVICE_PORT=443".to_string(),
+        "KUBERNETES_PORT_443_TCP=tcp://10.96.0.1:443".to_string(),
+        format!("WEB_SVC_SERVICE_HOST={svc_ip}"),
+        "WEB_SVC_SERVICE_PORT_HTTP=80".to_string(),
+        format!("WEB_SVC_PORT=tcp://{svc_ip}:80"),
+    ] {
+        ensure!(
+            env.lines().any(|l| l == line),
+            "{line} not in the pod's environment:\n{env}"
+        );
+    }
     // The agent's /pods: the pods bound to the node, as it last saw them.
     let listed = cp.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")])?;
     let listed: serde_json::Value = serde_json::from_str(&listed)?;

@@ -1,7 +1,7 @@
 //! A container's environment (docs/SEEDS-SPEC.md §4.15): `env` values and `valueFrom`
-//! (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef), `envFrom` with prefixes, and
-//! `$(VAR)` expansion in values, command and args, as the kubelet builds it
-//! (`makeEnvironmentVariables`, `expansion.Expand`).
+//! (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef), `envFrom` with prefixes, the
+//! service environment variables ([`service_env`]), and `$(VAR)` expansion in values, command
+//! and args, as the kubelet builds it (`makeEnvironmentVariables`, `expansion.Expand`).
 //!
 //! [`resolve`] is pure over the ConfigMaps and Secrets the worker fetched ([`Sources`]); a
 //! missing reference that is not `optional` is the `CreateContainerConfigError` of the kubelet,
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
 
 use super::container::NodeFacts;
 
@@ -19,6 +19,79 @@ use super::container::NodeFacts;
 pub struct Sources {
     pub config_maps: BTreeMap<String, Option<BTreeMap<String, String>>>,
     pub secrets: BTreeMap<String, Option<BTreeMap<String, String>>>,
+    /// The service environment variables ([`service_env`]).
+    pub service_env: BTreeMap<String, String>,
+}
+
+/// `my-svc` → `MY_SVC` (upstream's `makeEnvVariableName`).
+fn env_name(s: &str) -> String {
+    s.replace('-', "_").to_uppercase()
+}
+
+/// The services a pod in `ns` sees as environment variables (upstream's
+/// `getServiceEnvVarMap` and `envvars.FromServices`): with `enableServiceLinks`, every Service
+/// of its namespace with a ClusterIP; always the `kubernetes` Service of `default` (unless the
+/// namespace has its own `kubernetes`). Each gives `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT`
+/// (the first port), `<NAME>_SERVICE_PORT_<PORTNAME>` (named ports) and Docker's link variables
+/// (`<NAME>_PORT`, `<NAME>_PORT_<port>_<PROTO>{,_PROTO,_PORT,_ADDR}`).
+pub fn service_env(services: &[Service], ns: &str, enable_service_links: bool) -> BTreeMap<String, String> {
+    let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+    let ip_of = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|sp| sp.cluster_ip.as_deref())
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+            .map(str::to_string)
+    };
+    for s in services.iter().filter(|s| ip_of(s).is_some()) {
+        let (Some(name), Some(s_ns)) = (s.metadata.name.as_deref(), s.metadata.namespace.as_deref()) else {
+            continue;
+        };
+        if s_ns == "default" && name == "kubernetes" {
+            chosen.entry(name).or_insert(s);
+        } else if s_ns == ns && enable_service_links {
+            chosen.insert(name, s);
+        }
+    }
+    let mut env = BTreeMap::new();
+    for (name, s) in chosen {
+        let (Some(ip), Some(spec)) = (ip_of(s), s.spec.as_ref()) else {
+            continue;
+        };
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let Some(first) = ports.first() else {
+            continue;
+        };
+        let prefix = env_name(name);
+        env.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
+        env.insert(format!("{prefix}_SERVICE_PORT"), first.port.to_string());
+        for p in ports {
+            if let Some(pn) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                env.insert(
+                    format!("{prefix}_SERVICE_PORT_{}", env_name(pn)),
+                    p.port.to_string(),
+                );
+            }
+        }
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let lower = proto.to_lowercase();
+            let host_port = std::net::SocketAddr::new(
+                ip.parse().unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])),
+                u16::try_from(p.port).unwrap_or(0),
+            );
+            let url = format!("{lower}://{host_port}");
+            if i == 0 {
+                env.insert(format!("{prefix}_PORT"), url.clone());
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
+            env.insert(pp.clone(), url);
+            env.insert(format!("{pp}_PROTO"), lower);
+            env.insert(format!("{pp}_PORT"), p.port.to_string());
+            env.insert(format!("{pp}_ADDR"), ip.clone());
+        }
+    }
+    env
 }
 
 /// The ConfigMaps and Secrets container `c` refers to (names), to fetch before [`resolve`].
@@ -132,6 +205,9 @@ pub enum EnvError {
     Sync { of: Source, reason: String },
     #[error("unsupported fieldPath: {0}")]
     UnsupportedField(String),
+    /// The Services could not be listed (the kubelet's text).
+    #[error("failed to list services when setting up env vars")]
+    Services,
     #[error("unsupported container resource: {0}")]
     UnsupportedResource(String),
 }
@@ -279,7 +355,13 @@ pub fn resolve(
     }
     for e in c.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
-            (Some(v), _) => Some(expand(v, &vars)),
+            // References resolve to the variables declared so far, then the service ones.
+            (Some(v), _) if sources.service_env.is_empty() => Some(expand(v, &vars)),
+            (Some(v), _) => {
+                let mut known = sources.service_env.clone();
+                known.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Some(expand(v, &known))
+            }
             (None, None) => Some(String::new()),
             (None, Some(from)) => {
                 if let Some(r) = &from.config_map_key_ref {
@@ -298,6 +380,12 @@ pub fn resolve(
         };
         if let Some(v) = value {
             set(&mut order, &mut vars, e.name.clone(), v);
+        }
+    }
+    // Then the service variables the container did not declare itself.
+    for (k, v) in &sources.service_env {
+        if !vars.contains_key(k) {
+            set(&mut order, &mut vars, k.clone(), v.clone());
         }
     }
     Ok(order
@@ -354,6 +442,7 @@ pub(super) mod tests {
             ]
             .into(),
             secrets: [("creds".to_string(), data(&[("password", "s3cret")]))].into(),
+            service_env: BTreeMap::new(),
         }
     }
 
@@ -362,6 +451,104 @@ pub(super) mod tests {
         resolve(p, c, &sources(), &node(), Some("10.244.1.5"))
             .map(|v| v.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
             .map_err(|e| e.to_string())
+    }
+
+    fn service(ns: &str, name: &str, ip: &str, ports: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterIP": ip, "ports": ports},
+        }))
+        .expect("service")
+    }
+
+    #[test]
+    fn service_variables_are_upstreams() {
+        let services = [
+            service(
+                "default",
+                "kubernetes",
+                "10.96.0.1",
+                serde_json::json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
+            ),
+            service(
+                "prod",
+                "my-svc",
+                "10.96.5.7",
+                serde_json::json!([
+                {"name": "http", "port": 80, "protocol": "TCP"},
+                {"name": "dns", "port": 53, "protocol": "UDP"}]),
+            ),
+            service("prod", "headless", "None", serde_json::json!([{"port": 80}])),
+            service(
+                "other",
+                "elsewhere",
+                "10.96.9.9",
+                serde_json::json!([{"port": 80}]),
+            ),
+        ];
+        let env = service_env(&services, "prod", true);
+        let want: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+            ("MY_SVC_SERVICE_HOST", "10.96.5.7"),
+            ("MY_SVC_SERVICE_PORT", "80"),
+            ("MY_SVC_SERVICE_PORT_HTTP", "80"),
+            ("MY_SVC_SERVICE_PORT_DNS", "53"),
+            ("MY_SVC_PORT", "tcp://10.96.5.7:80"),
+            ("MY_SVC_PORT_80_TCP", "tcp://10.96.5.7:80"),
+            ("MY_SVC_PORT_80_TCP_PROTO", "tcp"),
+            ("MY_SVC_PORT_80_TCP_PORT", "80"),
+            ("MY_SVC_PORT_80_TCP_ADDR", "10.96.5.7"),
+            ("MY_SVC_PORT_53_UDP", "udp://10.96.5.7:53"),
+            ("MY_SVC_PORT_53_UDP_PROTO", "udp"),
+            ("MY_SVC_PORT_53_UDP_PORT", "53"),
+            ("MY_SVC_PORT_53_UDP_ADDR", "10.96.5.7"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, want);
+        // enableServiceLinks: false keeps only the kubernetes Service's.
+        let quiet = service_env(&services, "prod", false);
+        assert!(
+            quiet.keys().all(|k| k.starts_with("KUBERNETES_")) && quiet.len() == 8,
+            "{quiet:?}"
+        );
+        // A namespace's own `kubernetes` Service wins over default's.
+        let mine = service(
+            "prod",
+            "kubernetes",
+            "10.96.7.7",
+            serde_json::json!([{"port": 8443}]),
+        );
+        let env = service_env(&[services[0].clone(), mine], "prod", true);
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.7.7");
+        // Declared variables come first and win; references see the service variables.
+        let p = pod(
+            serde_json::json!([
+                {"name": "URL", "value": "http://$(MY_SVC_SERVICE_HOST):$(MY_SVC_SERVICE_PORT)"},
+                {"name": "MY_SVC_SERVICE_PORT", "value": "9"}]),
+            serde_json::json!(null),
+        );
+        let sources = Sources {
+            service_env: service_env(&services, "prod", true),
+            ..Sources::default()
+        };
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        let got = resolve(&p, c, &sources, &node(), None).expect("resolves");
+        assert_eq!(got[0], ("URL".to_string(), "http://10.96.5.7:80".to_string()));
+        assert_eq!(got[1], ("MY_SVC_SERVICE_PORT".to_string(), "9".to_string()));
+        assert_eq!(got.len(), 2 + want.len() - 1, "each service variable once");
+        assert!(
+            got.iter()
+                .any(|(k, v)| k == "KUBERNETES_SERVICE_HOST" && v == "10.96.0.1")
+        );
     }
 
     #[test]

@@ -692,6 +692,7 @@ mod tests {
             ]
             .into(),
             secrets: [("creds".to_string(), data(&[("password", "s3cret")]))].into(),
+            service_env: BTreeMap::new(),
         }
     }
 

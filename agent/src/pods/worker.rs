@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodSpec, PodStatus, Secret, Volume,
+    ConfigMap, Container, ContainerStatus as ApiContainerStatus, Pod, PodSpec, PodStatus, Secret, Service,
+    Volume,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use runtime_api::{Client, ClientError, ContainerConfig, ContainerStatus, SandboxStatus, State};
@@ -820,7 +821,40 @@ impl Worker {
     /// authorizer: a node reads only what its pods use).
     async fn sources(&self, pod: &Pod, c: &Container) -> Result<env::Sources, EnvError> {
         let (cms, secrets) = env::references(c);
-        self.fetch(pod, cms, secrets).await
+        let mut sources = self.fetch(pod, cms, secrets).await?;
+        sources.service_env = self.service_env(pod).await?;
+        Ok(sources)
+    }
+
+    /// The pod's service environment variables: the Services of its namespace (with
+    /// `enableServiceLinks`, the default) and `default/kubernetes`, read from the API.
+    async fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, EnvError> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let failed = |e: kube::Error| {
+            tracing::warn!(error = %e, "listing services failed");
+            EnvError::Services
+        };
+        let mut services = Vec::new();
+        if links {
+            let api: kube::Api<Service> = kube::Api::namespaced(self.ctx.client.clone(), ns);
+            services = api.list(&Default::default()).await.map_err(failed)?.items;
+            for s in &mut services {
+                s.metadata.namespace = Some(ns.to_string());
+            }
+        }
+        if !(links && ns == "default") {
+            let api: kube::Api<Service> = kube::Api::namespaced(self.ctx.client.clone(), "default");
+            if let Some(mut k) = api.get_opt("kubernetes").await.map_err(failed)? {
+                k.metadata.namespace = Some("default".into());
+                services.push(k);
+            }
+        }
+        Ok(env::service_env(&services, ns, links))
     }
 
     /// ConfigMaps and Secrets of the pod's namespace by name (None for those that do not

@@ -30,6 +30,7 @@ pub use streams::KUBELET_ENDPOINT_ANNOTATION;
 mod verbs;
 
 pub use verbs::bootstrap_tokens::{new_token, token_secret};
+pub use verbs::clusterip::ServiceRange;
 mod versions;
 
 use std::sync::{Arc, OnceLock};
@@ -74,6 +75,8 @@ pub struct Api {
     pub(crate) metrics: Arc<metrics::MetricsState>,
     /// Static bearer tokens (the admin token), set once by the server.
     pub(crate) static_tokens: Arc<OnceLock<std::collections::HashMap<String, Caller>>>,
+    /// `--service-cluster-ip-range`.
+    pub(crate) service_range: verbs::clusterip::ServiceRange,
 }
 
 impl std::fmt::Debug for Api {
@@ -100,7 +103,15 @@ impl Api {
             agent_client: OnceLock::new(),
             metrics: Arc::default(),
             static_tokens: Arc::default(),
+            service_range: verbs::clusterip::ServiceRange::default(),
         }
+    }
+
+    /// Hands out Service ClusterIPs from `range` (default `10.96.0.0/12`).
+    #[must_use]
+    pub fn with_service_range(mut self, range: ServiceRange) -> Self {
+        self.service_range = range;
+        self
     }
 
     /// Lets the API approve and sign kubelet client CSRs from bootstrapping nodes with `pki`.

@@ -1134,3 +1134,109 @@ async fn partial_object_metadata_on_get_list_and_watch() {
     assert_eq!(events[2]["object"]["metadata"]["labels"]["x"], "1");
     assert!(events.iter().all(|e| e["object"].get("spec").is_none()));
 }
+
+/// Service ClusterIPs: allocated from the range (upper band first), asked-for addresses checked,
+/// never handed out twice, taken back once their Service is gone, kept across updates.
+#[tokio::test]
+async fn services_get_cluster_ips_from_the_range() {
+    let f = fixture().await;
+    const SVCS: &str = "/api/v1/namespaces/default/services";
+    let svc = |name: &str, extra: Value| {
+        let mut s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"ports": [{"port": 80}]}});
+        if let (Some(spec), Some(extra)) = (s["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        s
+    };
+    let range: verbs::clusterip::ServiceRange = "10.96.0.0/12".parse().expect("range");
+    let (code, a) = f.post(SVCS, svc("a", json!({}))).await;
+    assert_eq!(code, 201, "{a}");
+    let ip: std::net::Ipv4Addr = a["spec"]["clusterIP"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("an IPv4 address");
+    assert!(
+        range.index(ip).is_some_and(|i| i >= range.static_band()),
+        "{ip} from the upper band"
+    );
+    assert_eq!(a["spec"]["clusterIPs"], json!([ip.to_string()]));
+    assert_eq!(
+        (&a["spec"]["ipFamilies"], &a["spec"]["ipFamilyPolicy"]),
+        (&json!(["IPv4"]), &json!("SingleStack"))
+    );
+    // Asked for: granted once, then refused; outside the range refused.
+    let (code, b) = f.post(SVCS, svc("b", json!({"clusterIP": "10.96.0.10"}))).await;
+    assert_eq!((code, &b["spec"]["clusterIP"]), (201, &json!("10.96.0.10")));
+    let (code, st) = f.post(SVCS, svc("c", json!({"clusterIP": "10.96.0.10"}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        st["message"],
+        "Service \"c\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: provided IP is already allocated"
+    );
+    let (code, st) = f.post(SVCS, svc("c", json!({"clusterIP": "192.168.0.1"}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        st["message"],
+        "Service \"c\" is invalid: spec.clusterIPs: Invalid value: []string{\"192.168.0.1\"}: failed to allocate IP 192.168.0.1: the provided IP (192.168.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12"
+    );
+    // Headless and ExternalName Services get none.
+    let (_, h) = f.post(SVCS, svc("h", json!({"clusterIP": "None"}))).await;
+    assert_eq!(h["spec"]["clusterIP"], "None");
+    let (_, x) = f
+        .post(
+            SVCS,
+            svc(
+                "x",
+                json!({"type": "ExternalName", "externalName": "db.example.com"}),
+            ),
+        )
+        .await;
+    assert!(x["spec"]["clusterIP"].is_null(), "{x}");
+    // An update without the address keeps it; another address is refused.
+    let mut replaced = svc("b", json!({}));
+    replaced["spec"]["ports"] = json!([{"port": 81}]);
+    let (code, b2) = f
+        .call(
+            Method::PUT,
+            &format!("{SVCS}/b"),
+            "application/json",
+            &replaced.to_string(),
+        )
+        .await;
+    assert_eq!(
+        (code, &b2["spec"]["clusterIP"]),
+        (200, &json!("10.96.0.10")),
+        "{b2}"
+    );
+    let moved = svc("b", json!({"clusterIP": "10.96.0.11"}));
+    let (code, st) = f
+        .call(
+            Method::PUT,
+            &format!("{SVCS}/b"),
+            "application/json",
+            &moved.to_string(),
+        )
+        .await;
+    assert_eq!(code, 422, "{st}");
+    // Once its Service is deleted, the address can be had again.
+    assert_eq!(f.call(Method::DELETE, &format!("{SVCS}/b"), "", "").await.0, 200);
+    let (code, c) = f.post(SVCS, svc("c", json!({"clusterIP": "10.96.0.10"}))).await;
+    assert_eq!(
+        (code, &c["spec"]["clusterIP"]),
+        (201, &json!("10.96.0.10")),
+        "{c}"
+    );
+    // The kubernetes Service takes the first address.
+    f.api
+        .ensure_kubernetes_service(6443)
+        .await
+        .expect("kubernetes service");
+    let (_, k) = f.get(&format!("{SVCS}/kubernetes")).await;
+    assert_eq!(k["spec"]["clusterIP"], "10.96.0.1");
+    assert_eq!(
+        k["spec"]["ports"][0],
+        json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443})
+    );
+    f.api.ensure_kubernetes_service(6443).await.expect("idempotent");
+}

@@ -158,14 +158,27 @@ impl Api {
         if q.dry_run() {
             return Ok((201, obj));
         }
-        let ev = self
+        let reservation = match (&ns, res.group.is_empty() && res.plural == "services") {
+            (Some(ns), true) => self.allocate_cluster_ip(ns, &mut obj).await?,
+            _ => None,
+        };
+        let written = self
             .store
             .write(Write::Create {
                 key: res.key(ns.as_deref(), &name),
                 value: encode(&obj),
             })
             .await
-            .map_err(store_err_for(res, &name))?;
+            .map_err(store_err_for(res, &name));
+        let ev = match written {
+            Ok(ev) => ev,
+            Err(e) => {
+                if let Some(key) = reservation {
+                    self.release_cluster_ip(&key).await;
+                }
+                return Err(e);
+            }
+        };
         Ok((201, stored_at(obj, ev.kv.mod_revision)))
     }
 

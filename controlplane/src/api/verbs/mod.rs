@@ -8,6 +8,7 @@
 mod approval;
 mod bind;
 pub(crate) mod bootstrap_tokens;
+pub(crate) mod clusterip;
 mod components;
 mod create;
 mod delete;

@@ -118,6 +118,9 @@ impl Api {
             m.remove("status");
         }
         admission::admit(res, &mut new, false)?;
+        if res.group.is_empty() && res.plural == "services" {
+            super::clusterip::keep_cluster_ip(old, &mut new, &name)?;
+        }
         crate::api::authz::node_restriction(
             res,
             t.sub.as_deref(),
