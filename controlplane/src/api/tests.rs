@@ -701,6 +701,37 @@ async fn discovery_documents() {
 async fn mutated_bodies_get_4xx_and_change_nothing() {
     let f = fixture().await;
     f.post(PODS, pod("base")).await;
+    // The bodies also go through the authorization path: as a node (the Node authorizer and
+    // NodeRestriction read the body) and as a service account that RBAC lets edit the namespace
+    // (a RoleBinding to `edit`), not only as `system:masters`, which skips both.
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "fuzz-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "fuzzer", "namespace": "default"}]});
+    assert_eq!(
+        f.post(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            binding
+        )
+        .await
+        .0,
+        201
+    );
+    let callers = [
+        admin(),
+        Caller {
+            user: "system:node:n1".into(),
+            groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        },
+        Caller {
+            user: "system:serviceaccount:default:fuzzer".into(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                "system:serviceaccounts:default".into(),
+                "system:authenticated".into(),
+            ],
+        },
+    ];
     let valid = pod("fuzz").to_string().into_bytes();
     let valid_pb = protobuf_pod("fuzz");
     // xorshift64*: deterministic, so a failure reproduces.
@@ -757,6 +788,8 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
             "application/json",
         ),
     ];
+    // Accepted requests per caller: the service account's must pass RBAC and reach admission.
+    let mut accepted = [0usize; 3];
     for round in 0..rounds {
         let (method, uri, ct) = &targets[round % targets.len()];
         let protobuf = ct.contains("protobuf");
@@ -815,23 +848,26 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
         };
         let before = f.get(PODS).await.1["metadata"]["resourceVersion"].clone();
         let text = String::from_utf8_lossy(&body).into_owned();
-        let (code, st) = if protobuf {
-            f.call_bytes(
-                Some(&admin()),
+        let who = (round / targets.len()) % callers.len();
+        let caller = &callers[who];
+        let (code, st) = f
+            .call_bytes(
+                Some(caller),
                 method.clone(),
                 uri,
                 ct,
                 Bytes::from(body),
                 "application/json",
             )
-            .await
-        } else {
-            f.call(method.clone(), uri, ct, &text).await
-        };
+            .await;
         assert!(
             code < 500,
-            "round {round}: {method} {uri} {text:?} -> {code} {st}"
+            "round {round}: {method} {uri} as {} {text:?} -> {code} {st}",
+            caller.user
         );
+        if code < 400 {
+            accepted[who] += 1;
+        }
         if code >= 400 {
             assert_eq!(st["kind"], "Status", "round {round}: {st}");
             let after = f.get(PODS).await.1["metadata"]["resourceVersion"].clone();
@@ -841,6 +877,10 @@ async fn mutated_bodies_get_4xx_and_change_nothing() {
             );
         }
     }
+    assert!(
+        accepted[0] > 0 && accepted[2] > 0,
+        "the admin and the bound service account got requests through: {accepted:?}"
+    );
 }
 
 /// Every JSON pointer in `v` (objects' members and arrays' items, recursively).
@@ -1219,8 +1259,15 @@ async fn services_get_cluster_ips_from_the_range() {
         )
         .await;
     assert_eq!(code, 422, "{st}");
-    // Once its Service is deleted, the address can be had again.
+    // Once its Service is deleted, the address can be had again (its reservation is gone).
     assert_eq!(f.call(Method::DELETE, &format!("{SVCS}/b"), "", "").await.0, 200);
+    let reservation = f
+        .api
+        .store
+        .get("/registry/ranges/serviceips/10.96.0.10")
+        .await
+        .expect("read");
+    assert!(reservation.is_none(), "released with its Service");
     let (code, c) = f.post(SVCS, svc("c", json!({"clusterIP": "10.96.0.10"}))).await;
     assert_eq!(
         (code, &c["spec"]["clusterIP"]),

@@ -6,9 +6,10 @@
 //! broadcast addresses are never handed out; the first address is the `kubernetes` Service's.
 //!
 //! An address is held by a reservation key under [`RESERVATIONS`] (created if absent, so two
-//! API servers on one etcd never hand out the same address) naming the Service's uid. A
-//! reservation whose Service is gone (deleted, or its create failed after the reservation) is
-//! taken back when the address is wanted again, as upstream's repair loop would.
+//! API servers on one etcd never hand out the same address) naming the Service's uid; deleting
+//! the Service drops it. A reservation whose Service is gone anyway (the server stopped between
+//! the two writes) is taken back when the address is wanted again, as upstream's repair loop
+//! would.
 
 use std::net::Ipv4Addr;
 
@@ -322,6 +323,32 @@ impl Api {
             Ok(_) => Ok(()),
             Err(e) if e.code == 409 => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the reservation of a deleted Service's address (when it still names that Service;
+    /// a failure leaves a stale reservation, taken back when the address is wanted again).
+    pub(crate) async fn release_address_of(&self, svc: &Value) {
+        let Some(ip) = svc["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+        else {
+            return;
+        };
+        let key = format!("{RESERVATIONS}{ip}");
+        let Ok(Some(current)) = self.store.get(&key).await else {
+            return;
+        };
+        let held_by_it =
+            serde_json::from_slice::<Value>(&current.value).is_ok_and(|r| r["uid"] == svc["metadata"]["uid"]);
+        if held_by_it {
+            let _ = self
+                .store
+                .write(Write::Delete {
+                    key,
+                    expected: Some(current.mod_revision),
+                })
+                .await;
         }
     }
 

@@ -152,6 +152,10 @@ impl Api {
             })
             .await
             .map_err(store_err_for(res, name))?;
-        decode(&ev.kv)
+        let removed = decode(&ev.kv)?;
+        if res.group.is_empty() && res.plural == "services" {
+            self.release_address_of(&removed).await;
+        }
+        Ok(removed)
     }
 }
