@@ -26,8 +26,8 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, Role, WebSoc
 pub const PROTOCOL: &str = "v5.channel.k8s.io";
 
 const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
 const ERROR: u8 = 3;
 const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
@@ -87,6 +87,15 @@ pub struct ExecRequest {
 impl ExecRequest {
     /// Parses the query (`command` repeated, `stdin`/`stdout`/`stderr`/`tty` flags).
     pub fn parse(query: Option<&str>) -> Result<Self, ExecError> {
+        let r = Self::parse_flags(query);
+        if r.command.is_empty() {
+            return Err(ExecError::NoCommand);
+        }
+        Ok(r)
+    }
+
+    /// The query without the need for a command (attach).
+    pub fn parse_flags(query: Option<&str>) -> Self {
         let mut r = ExecRequest::default();
         for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -100,10 +109,7 @@ impl ExecRequest {
                 _ => {}
             }
         }
-        if r.command.is_empty() {
-            return Err(ExecError::NoCommand);
-        }
-        Ok(r)
+        r
     }
 }
 
@@ -151,7 +157,7 @@ pub fn status(exit: Result<i32, ExecError>) -> serde_json::Value {
 }
 
 /// A binary message on `channel`.
-fn channel_message(channel: u8, data: &[u8]) -> Message {
+pub(crate) fn channel_message(channel: u8, data: &[u8]) -> Message {
     let mut p = BytesMut::with_capacity(data.len() + 1);
     p.put_u8(channel);
     p.put_slice(data);
@@ -242,19 +248,9 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     req: &ExecRequest,
     session: Result<Session, ExecError>,
 ) {
-    let config = WebSocketConfig::default()
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE));
-    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
-    // Output goes through a task of its own, so a client that sends (stdin) never waits on one
-    // that is not read, and the other way round.
-    let (sink, mut messages) = ws.split();
-    let (out_tx, out_rx) = mpsc::channel::<Message>(64);
-    let writer = tokio::spawn(write_messages(sink, out_rx));
+    let mut ch = Channels::open(io).await;
     let exit = match session {
-        Ok(session) => relay(&mut messages, session, req, out_tx.clone()).await,
+        Ok(session) => relay(&mut ch.messages, session, req, ch.out.clone()).await,
         Err(e) => Some(Err(e)),
     };
     match &exit {
@@ -262,23 +258,61 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         Some(Err(e)) => tracing::debug!(error = %e, "exec failed"),
         None => tracing::debug!("exec client left"),
     }
-    // None: the client left; there is nobody to tell.
-    if let Some(exit) = exit {
-        let status = status(exit).to_string();
-        let _ = out_tx.send(channel_message(ERROR, status.as_bytes())).await;
-        let normal = CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        };
-        let _ = out_tx.send(Message::Close(Some(normal))).await;
+    ch.finish(exit).await;
+}
+
+/// A `v5.channel.k8s.io` WebSocket: messages from the client, and a sender whose messages a
+/// task of its own writes, so a client that sends (stdin) never waits on one that is not read,
+/// and the other way round.
+pub(crate) struct Channels<S> {
+    pub(crate) messages: futures_util::stream::SplitStream<WebSocketStream<S>>,
+    pub(crate) out: mpsc::Sender<Message>,
+    writer: JoinHandle<Sink<S>>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Channels<S> {
+    pub(crate) async fn open(io: S) -> Self {
+        let config = WebSocketConfig::default()
+            .read_buffer_size(READ_BUFFER)
+            .write_buffer_size(0)
+            .max_message_size(Some(MAX_MESSAGE))
+            .max_frame_size(Some(MAX_MESSAGE));
+        let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+        let (sink, messages) = ws.split();
+        let (out, out_rx) = mpsc::channel::<Message>(64);
+        let writer = tokio::spawn(write_messages(sink, out_rx));
+        Self {
+            messages,
+            out,
+            writer,
+        }
     }
-    drop(out_tx);
-    // Our side of the connection is shut down (TLS close_notify, then FIN) rather than just
-    // dropped, so the API server's splice sees a clean end.
-    if let Ok(sink) = writer.await
-        && let Ok(mut ws) = messages.reunite(sink)
-    {
-        let _ = ws.get_mut().shutdown().await;
+
+    /// Ends the session: the status on channel 3 and a normal close (unless `exit` is None:
+    /// the client left and there is nobody to tell), then our side of the connection shut down.
+    pub(crate) async fn finish(self, exit: Option<Result<i32, ExecError>>) {
+        let Channels {
+            messages,
+            out: out_tx,
+            writer,
+        } = self;
+        if let Some(exit) = exit {
+            let status = status(exit).to_string();
+            let _ = out_tx.send(channel_message(ERROR, status.as_bytes())).await;
+            let normal = CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            };
+            let _ = out_tx.send(Message::Close(Some(normal))).await;
+        }
+        drop(out_tx);
+        // Our side of the connection is shut down (TLS close_notify, then FIN) rather than just
+        // dropped, so the API server's splice sees a clean end.
+        if let Ok(sink) = writer.await
+            && let Ok(mut ws) = messages.reunite(sink)
+        {
+            let _ = ws.get_mut().shutdown().await;
+        }
     }
 }
 

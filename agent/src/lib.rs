@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod authz;
 pub mod configz;
 pub mod exec;
@@ -12,9 +13,11 @@ pub mod imagegc;
 pub mod logs;
 pub mod node;
 pub mod pods;
+pub mod portforward;
 mod server;
 pub mod serving;
 pub mod settings;
+mod spdy;
 pub mod state;
 pub mod stats;
 

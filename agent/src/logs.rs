@@ -151,12 +151,35 @@ pub fn find_log(
     }
 }
 
+/// One line of a CRI log file: `<time> <stream> <P|F> <text>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub time: &'a str,
+    /// `stdout` or `stderr`.
+    pub stream: &'a str,
+    /// `F` (the text ends a line) or `P` (a part of a longer one).
+    pub tag: &'a str,
+    pub text: &'a str,
+}
+
+impl<'a> Record<'a> {
+    pub fn parse(line: &'a str) -> Option<Self> {
+        let (time, rest) = line.split_once(' ')?;
+        let (stream, rest) = rest.split_once(' ')?;
+        let (tag, text) = rest.split_once(' ').unwrap_or((rest, ""));
+        Some(Record {
+            time,
+            stream,
+            tag,
+            text,
+        })
+    }
+}
+
 /// One CRI record rendered: the text (with its newline when the record is complete), prefixed
 /// by the record's time with `timestamps`; None for a malformed line.
 pub fn render(line: &str, timestamps: bool) -> Option<(i64, String)> {
-    let (time, rest) = line.split_once(' ')?;
-    let (_stream, rest) = rest.split_once(' ')?;
-    let (tag, text) = rest.split_once(' ').unwrap_or((rest, ""));
+    let Record { time, tag, text, .. } = Record::parse(line)?;
     let secs = kcore::time::parse_rfc3339(time)?;
     let mut out = String::with_capacity(text.len() + 40);
     if timestamps {

@@ -1,7 +1,8 @@
 //! The agent's TLS endpoint (the kubelet's port): `/healthz` for anyone, and `/stats/summary`,
 //! `/configz`, `/pods` (a PodList of the pods bound to the node, as the agent last saw them),
-//! `/containerLogs/<namespace>/<pod>/<container>` and `/exec/<namespace>/<pod>/<container>`
-//! (what the API server proxies `pods/log` and `pods/exec` to) for clients with a certificate
+//! `/containerLogs/<namespace>/<pod>/<container>`, `/exec/...`, `/attach/...` (same path shape)
+//! and `/portForward/<namespace>/<pod>` (what the API server proxies `pods/log`, `pods/exec`,
+//! `pods/attach` and `pods/portforward` to) for clients with a certificate
 //! from the cluster CA whom the control plane allows the matching `nodes/<subresource>` verb
 //! ([`crate::authz`]). The serving certificate is the one the cluster issues for the node
 //! ([`crate::serving`]); until then a self-signed one, which the API server does not accept.
@@ -21,9 +22,11 @@ use transport::Body;
 use transport::server::{Limits, Peer};
 use transport::tls::SwappableCert;
 
+use crate::attach;
 use crate::authz::Authorizer;
 use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
+use crate::portforward;
 use crate::stats;
 use crate::{AgentConfig, AgentError};
 
@@ -124,8 +127,11 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
     if let Err(refusal) = ctx.authz.authorize(who.as_ref(), &attrs).await {
         return text(refusal.status(), refusal.to_string());
     }
-    if req.uri().path().starts_with("/exec/") {
-        return exec_upgrade(req).await;
+    if req.uri().path().starts_with("/exec/") || req.uri().path().starts_with("/attach/") {
+        return exec_upgrade(req, &ctx.log_root).await;
+    }
+    if req.uri().path().starts_with("/portForward/") {
+        return port_forward_upgrade(req).await;
     }
     let path = req.uri().path();
     if path == "/stats/summary" {
@@ -171,7 +177,15 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
         if !initial.is_empty() && tx.send(Bytes::from(initial)).await.is_err() {
             return;
         }
-        follow(file, offset as u64, opts.timestamps, tx).await;
+        let timestamps = opts.timestamps;
+        follow(file, offset as u64, tx, move |lines| {
+            let out: String = lines
+                .lines()
+                .filter_map(|l| logs::render(l, timestamps).map(|(_, s)| s))
+                .collect();
+            (!out.is_empty()).then(|| Bytes::from(out))
+        })
+        .await;
     });
     let mut resp = text(200, Bytes::new());
     *resp.body_mut() = body;
@@ -179,15 +193,22 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
 }
 
 /// `/exec/<namespace>/<pod>/<container>`: a WebSocket upgrade (`v5.channel.k8s.io`) running
-/// the command in the container.
-async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
-    let (ns, pod, container) = match logs::parse_target(req.uri().path(), "/exec/") {
+/// the command in the container; `/attach/...`: the same protocol carrying the container's own
+/// output ([`attach`]).
+async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<Body> {
+    let attaching = req.uri().path().starts_with("/attach/");
+    let prefix = if attaching { "/attach/" } else { "/exec/" };
+    let (ns, pod, container) = match logs::parse_target(req.uri().path(), prefix) {
         Ok((a, b, c)) => (a.to_string(), b.to_string(), c.to_string()),
         Err(e) => return text(e.status(), e.to_string()),
     };
-    let opts = match exec::ExecRequest::parse(req.uri().query()) {
-        Ok(o) => o,
-        Err(e) => return text(e.status(), e.to_string()),
+    let opts = if attaching {
+        exec::ExecRequest::parse_flags(req.uri().query())
+    } else {
+        match exec::ExecRequest::parse(req.uri().query()) {
+            Ok(o) => o,
+            Err(e) => return text(e.status(), e.to_string()),
+        }
     };
     let header = |name: &str| {
         req.headers()
@@ -196,8 +217,9 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
             .map(str::to_string)
     };
     let websocket = header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let what = prefix.trim_matches('/');
     let Some(key) = header("sec-websocket-key").filter(|_| websocket) else {
-        return text(400, "exec needs a WebSocket upgrade");
+        return text(400, format!("{what} needs a WebSocket upgrade"));
     };
     let offered = req
         .headers()
@@ -206,25 +228,43 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|p| p.trim() == exec::PROTOCOL));
     if !offered {
-        return text(400, format!("exec needs the {} subprotocol", exec::PROTOCOL));
+        return text(400, format!("{what} needs the {} subprotocol", exec::PROTOCOL));
     }
-    let span = tracing::info_span!("exec", namespace = %ns, pod = %pod, container = %container);
-    let found = tokio::task::spawn_blocking(move || exec::find_container(&ns, &pod, &container))
-        .await
-        .map_err(exec::ExecError::from)
-        .and_then(|r| r);
-    let id = match found {
-        Ok(id) => id,
+    let span =
+        tracing::info_span!("exec", namespace = %ns, pod = %pod, container = %container, attach = attaching);
+    let log_root = log_root.to_path_buf();
+    let found = tokio::task::spawn_blocking(move || {
+        let id = exec::find_container(&ns, &pod, &container)?;
+        // Attach reads the running instance's log as the runtime writes it.
+        let log = logs::find_log(&log_root, &ns, &pod, &container, false).ok();
+        Ok::<_, exec::ExecError>((id, log))
+    })
+    .await
+    .map_err(exec::ExecError::from)
+    .and_then(|r| r);
+    let (id, log) = match found {
+        Ok(x) => x,
         Err(e) => return text(e.status(), e.to_string()),
+    };
+    let log = match log {
+        Some(log) => log,
+        None if attaching => return text(404, "the container has no log to attach to"),
+        None => PathBuf::new(),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let session = async move {
         match on_upgrade.await {
+            Ok(up) if attaching => attach::serve(TokioIo::new(up), log, opts).await,
             Ok(up) => exec::serve(TokioIo::new(up), id, opts).await,
-            Err(e) => tracing::debug!(error = %e, "exec upgrade failed"),
+            Err(e) => tracing::debug!(error = %e, "upgrade failed"),
         }
     };
     tokio::spawn(session.instrument(span));
+    switching_to_websocket(&key)
+}
+
+/// The 101 answer to a `v5.channel.k8s.io` WebSocket upgrade with client key `key`.
+fn switching_to_websocket(key: &str) -> Response<Body> {
     let mut resp = text(101, Bytes::new());
     resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
     let h = resp.headers_mut();
@@ -247,9 +287,124 @@ async fn exec_upgrade(mut req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
+/// `/portForward/<namespace>/<pod>[/<uid>]`: an upgrade to SPDY/3.1, raw (`Upgrade: SPDY/3.1`,
+/// `X-Stream-Protocol-Version: portforward.k8s.io`) or tunnelled in a WebSocket
+/// (`SPDY/3.1+portforward.k8s.io`), forwarding the streams' ports of the pod
+/// ([`portforward`]).
+async fn port_forward_upgrade(mut req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let mut parts = path["/portForward/".len()..].split('/');
+    let (Some(ns), Some(pod)) = (
+        parts.next().filter(|s| !s.is_empty()),
+        parts.next().filter(|s| !s.is_empty()),
+    ) else {
+        return text(400, "the path must be /portForward/<namespace>/<pod>");
+    };
+    let (ns, pod) = (ns.to_string(), pod.to_string());
+    let values = |name: &str| -> Vec<String> {
+        req.headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect()
+    };
+    let upgrade = values("upgrade");
+    let websocket = upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket"));
+    let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    let key = values("sec-websocket-key").into_iter().next();
+    if websocket
+        && !values("sec-websocket-protocol")
+            .iter()
+            .any(|p| p == portforward::TUNNEL_PROTOCOL)
+    {
+        return text(
+            400,
+            format!(
+                "port-forward over WebSocket needs the {} subprotocol",
+                portforward::TUNNEL_PROTOCOL
+            ),
+        );
+    }
+    if !(spdy || websocket && key.is_some()) {
+        return text(
+            400,
+            format!(
+                "port-forward needs an upgrade to SPDY/3.1, raw or tunnelled in a WebSocket as {}",
+                portforward::TUNNEL_PROTOCOL
+            ),
+        );
+    }
+    // The kubelet's negotiation: a client naming protocols must name ours.
+    let offered = values("x-stream-protocol-version");
+    if !websocket && !offered.is_empty() && !offered.iter().any(|p| p == portforward::PROTOCOL) {
+        return text(
+            403,
+            format!(
+                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports [\"{}\"]",
+                portforward::PROTOCOL
+            ),
+        );
+    }
+    let span = tracing::info_span!("port-forward", namespace = %ns, pod = %pod);
+    let found = tokio::task::spawn_blocking(move || portforward::find_sandbox(&ns, &pod))
+        .await
+        .map_err(portforward::PortForwardError::from)
+        .and_then(|r| r);
+    let dial = match found {
+        Ok(id) => portforward::runtime_dialer(id),
+        Err(e) => return text(e.status(), e.to_string()),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let session = async move {
+        let io = match on_upgrade.await {
+            Ok(up) => TokioIo::new(up),
+            Err(e) => return tracing::debug!(error = %e, "port-forward upgrade failed"),
+        };
+        if websocket {
+            let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                io,
+                tokio_tungstenite::tungstenite::protocol::Role::Server,
+                None,
+            )
+            .await;
+            portforward::serve_tunnelled(ws, dial).await;
+        } else {
+            portforward::serve(io, dial).await;
+        }
+    };
+    tokio::spawn(session.instrument(span));
+    let mut resp = text(101, Bytes::new());
+    resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
+    let h = resp.headers_mut();
+    let value = hyper::header::HeaderValue::from_static;
+    h.insert(hyper::header::CONNECTION, value("Upgrade"));
+    if let Some(key) = key.filter(|_| websocket) {
+        h.insert(hyper::header::UPGRADE, value("websocket"));
+        h.insert(
+            hyper::header::SEC_WEBSOCKET_PROTOCOL,
+            value(portforward::TUNNEL_PROTOCOL),
+        );
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+            h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
+        }
+    } else {
+        h.insert(hyper::header::UPGRADE, value("SPDY/3.1"));
+        h.insert("x-stream-protocol-version", value(portforward::PROTOCOL));
+    }
+    resp
+}
+
 /// Streams what is appended to `file` from `offset` until the container stops running, the file
-/// goes away or the client leaves.
-async fn follow(file: PathBuf, mut offset: u64, timestamps: bool, tx: mpsc::Sender<Bytes>) {
+/// goes away or the client leaves: each batch of complete lines as `convert` makes it.
+pub(crate) async fn follow<T>(
+    file: PathBuf,
+    mut offset: u64,
+    tx: mpsc::Sender<T>,
+    convert: impl Fn(&str) -> Option<T>,
+) {
     let mut tick = 0u32;
     let mut pending = Vec::new();
     loop {
@@ -271,11 +426,9 @@ async fn follow(file: PathBuf, mut offset: u64, timestamps: bool, tx: mpsc::Send
         pending.extend_from_slice(&more);
         if let Some(end) = pending.iter().rposition(|b| *b == b'\n') {
             let lines: Vec<u8> = pending.drain(..=end).collect();
-            let out: String = String::from_utf8_lossy(&lines)
-                .lines()
-                .filter_map(|l| logs::render(l, timestamps).map(|(_, s)| s))
-                .collect();
-            if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+            if let Some(out) = convert(&String::from_utf8_lossy(&lines))
+                && tx.send(out).await.is_err()
+            {
                 return;
             }
         }

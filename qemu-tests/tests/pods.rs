@@ -121,6 +121,60 @@ fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String
     Ok(lines?)
 }
 
+/// `kubectl port-forward pod/<pod> :<port>` (over WebSocket, or raw SPDY when `websockets` is
+/// false: kubectl's `KUBECTL_PORT_FORWARD_WEBSOCKETS`), running, and the local port it took.
+fn port_forward(
+    cp: &ControlPlane,
+    pod: &str,
+    port: u16,
+    websockets: bool,
+) -> Result<(std::process::Child, u16)> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets.to_string())
+        .args(["port-forward", &format!("pod/{pod}"), &format!(":{port}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // "Forwarding from 127.0.0.1:NNNNN -> 8080"
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let local = line
+                .strip_prefix("Forwarding from 127.0.0.1:")
+                .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok());
+            if let Some(p) = local {
+                let _ = tx.send(p);
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(p) => Ok((child, p)),
+        Err(_) => {
+            let _ = child.kill();
+            let out = child.wait_with_output()?;
+            anyhow::bail!(
+                "kubectl port-forward did not start: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        }
+    }
+}
+
+/// An HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the whole answer (empty if the connection
+/// was closed without one).
+fn http_get(port: u16, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))?;
+    c.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
 /// The reasons and messages of the events about pod `name` (`reason=message;` each).
 fn events_of(cp: &ControlPlane, name: &str) -> Result<String> {
     cp.kubectl(&[
@@ -685,6 +739,80 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ensure!(
         bad.0 != Some(0) && bad.2.contains("container nope is not valid for pod web"),
         "{bad:?}"
+    );
+
+    // kubectl attach (WebSocket v5): the container's output from now on, until it stops.
+    let attached = follow_lines(&cp, &["attach", "talk"], 2)?;
+    let numbers: Vec<u32> = attached
+        .iter()
+        .filter_map(|l| l.strip_prefix("tick")?.parse().ok())
+        .collect();
+    ensure!(
+        numbers.len() == 2 && numbers[1] == numbers[0] + 1 && numbers[0] > 2,
+        "attach streams new output only: {attached:?}"
+    );
+    cp.create(&pod(
+        "brief",
+        node,
+        &image,
+        "i=0; while [ $i -lt 30 ]; do echo n$i; i=$((i+1)); sleep 1; done",
+        "Never",
+    ))?;
+    cp.wait_for(&["pod", "brief"], "{.status.phase}", |p| p == "Running", POD)?;
+    let (code, out, err) = kubectl_status(&cp, &["attach", "brief"], None)?;
+    let seen: Vec<u32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix('n')?.parse().ok())
+        .collect();
+    ensure!(
+        code == Some(0)
+            && !seen.is_empty()
+            && seen.last() == Some(&29)
+            && seen.windows(2).all(|w| w[1] == w[0] + 1),
+        "attach to a container that ends: {code:?} {out:?} {err:?}"
+    );
+
+    // kubectl port-forward: SPDY in a WebSocket (kubectl's default) and raw SPDY (its
+    // fallback), through the API server and the agent to a socket the runtime opened in the
+    // pod's network namespace (busybox httpd on 8080 in `served`). Two connections per session.
+    cp.wait_for(
+        &["pod", "served"],
+        "{.status.containerStatuses[0].ready}",
+        |r| r == "true",
+        POD,
+    )?;
+    for websockets in [true, false] {
+        let (mut kubectl, local) = port_forward(&cp, "served", 8080, websockets)?;
+        let answers = [http_get(local, "/index.html"), http_get(local, "/index.html")];
+        let _ = kubectl.kill();
+        let stderr = kubectl.wait_with_output()?.stderr;
+        for a in &answers {
+            let a = a.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+            ensure!(
+                a.starts_with("HTTP/1.") && a.contains(" 200 ") && a.ends_with("\r\n\r\nok\n"),
+                "port-forward (websockets={websockets}) answered {a:?}; kubectl said {}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+    }
+    // Nothing listens on 9: kubectl reports the runtime's reason and gives the session up.
+    let (mut kubectl, local) = port_forward(&cp, "served", 9, true)?;
+    let nothing = http_get(local, "/")?;
+    // kubectl gives the whole session up after an error ("lost connection to pod").
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while kubectl.try_wait()?.is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = kubectl.kill();
+    let out = kubectl.wait_with_output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        nothing.is_empty()
+            && said.contains("an error occurred forwarding")
+            && said.contains("failed to connect to localhost:9 inside namespace")
+            && said.contains("IPv4: dial tcp4 127.0.0.1:9: connect: connection refused")
+            && said.contains("lost connection to pod"),
+        "port-forward to a closed port: {nothing:?}, kubectl said {said}"
     );
 
     // Environment.

@@ -1,7 +1,7 @@
 //! A blocking client: one request at a time per connection.
 
-use std::io::{self, Read};
-use std::os::fd::RawFd;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::container::{ContainerConfig, ContainerStatus, ExecSyncResult};
 use crate::error::{ErrorKind, ReplyError};
 use crate::image::{Auth, Image, PullPolicy};
-use crate::protocol::{Reply, Request, send_line};
+use crate::protocol::{Reply, Request, recv_some, send_line};
 use crate::sandbox::{SandboxConfig, SandboxStatus};
 use crate::stats::{ContainerStats, PodStats};
 
@@ -80,6 +80,8 @@ fn unexpected(r: Reply) -> ClientError {
 pub struct Client {
     sock: UnixStream,
     buf: Vec<u8>,
+    /// Descriptors that came with the last reply.
+    fds: Vec<OwnedFd>,
 }
 
 impl Client {
@@ -96,6 +98,7 @@ impl Client {
         Client {
             sock,
             buf: Vec::new(),
+            fds: Vec::new(),
         }
     }
 
@@ -117,6 +120,7 @@ impl Client {
         let mut line = serde_json::to_vec(req)?;
         line.push(b'\n');
         send_line(&self.sock, &line, fds)?;
+        self.fds.clear();
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=i).collect();
@@ -125,15 +129,13 @@ impl Client {
                     r => Ok(r),
                 };
             }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.sock.read(&mut chunk)?;
+            let n = recv_some(self.sock.as_raw_fd(), &mut self.buf, &mut self.fds)?;
             if n == 0 {
                 return Err(ClientError::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "runtime closed the connection",
                 )));
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
@@ -235,6 +237,21 @@ impl Client {
             &stdio,
         )? {
             Reply::Exec { exec_id } => Ok(exec_id),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// A socket connected (or connecting: wait until it is writable, then read its error) to
+    /// `localhost:<port>` in the network namespace of sandbox `sandbox_id`.
+    pub fn port_forward(&mut self, sandbox_id: &str, port: u16) -> Result<OwnedFd, ClientError> {
+        let req = Request::PortForward {
+            sandbox_id: sandbox_id.into(),
+            port,
+        };
+        match self.call(&req)? {
+            Reply::PortForward => self.fds.pop().ok_or_else(|| {
+                ClientError::Internal("the runtime's port-forward reply carried no socket".into())
+            }),
             r => Err(unexpected(r)),
         }
     }

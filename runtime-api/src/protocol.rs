@@ -110,6 +110,14 @@ pub enum Request {
     UpdateRuntimeConfig {
         pod_cidr: String,
     },
+    /// A TCP connection to `localhost:<port>` inside the sandbox's network namespace (CRI's
+    /// `PortForward`, as containerd dials it): replies `PortForward` with the socket attached
+    /// (SCM_RIGHTS), possibly still connecting; a connection refused at once is an error naming
+    /// both address families.
+    PortForward {
+        sandbox_id: String,
+        port: u16,
+    },
 }
 
 /// Replies.
@@ -118,20 +126,50 @@ pub enum Request {
 pub enum Reply {
     Ok,
     Error(ReplyError),
-    Version { version: String },
-    Sandbox { status: SandboxStatus },
-    Sandboxes { items: Vec<SandboxStatus> },
-    Container { status: ContainerStatus },
-    Containers { items: Vec<ContainerStatus> },
-    Exec { exec_id: String },
-    ExecExit { exit_code: i32 },
-    ExecSync { outcome: ExecSyncResult },
-    Image { image: Image },
-    ImageStatus { image: Option<Image> },
-    Images { items: Vec<Image> },
-    ContainerStats { stats: ContainerStats },
-    PodStats { stats: PodStats },
-    PodStatsList { items: Vec<PodStats> },
+    Version {
+        version: String,
+    },
+    Sandbox {
+        status: SandboxStatus,
+    },
+    Sandboxes {
+        items: Vec<SandboxStatus>,
+    },
+    Container {
+        status: ContainerStatus,
+    },
+    Containers {
+        items: Vec<ContainerStatus>,
+    },
+    Exec {
+        exec_id: String,
+    },
+    ExecExit {
+        exit_code: i32,
+    },
+    ExecSync {
+        outcome: ExecSyncResult,
+    },
+    Image {
+        image: Image,
+    },
+    ImageStatus {
+        image: Option<Image>,
+    },
+    Images {
+        items: Vec<Image>,
+    },
+    ContainerStats {
+        stats: ContainerStats,
+    },
+    PodStats {
+        stats: PodStats,
+    },
+    PodStatsList {
+        items: Vec<PodStats>,
+    },
+    /// The socket travels with the reply (SCM_RIGHTS).
+    PortForward,
 }
 
 impl From<ReplyError> for Reply {

@@ -8,8 +8,8 @@
 
 use std::fs::File;
 use std::io;
-use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::sched::{CloneFlags, setns};
 
@@ -105,7 +105,7 @@ pub fn attach(
 
 /// Runs `f` in the network namespace of `pid`, then returns to the caller's own. Only sound in
 /// a single-threaded process (see `crate::server`): `setns` moves the calling thread only.
-fn in_netns<T>(pid: i32, f: impl FnOnce() -> Result<T, NetlinkError>) -> Result<T, NetlinkError> {
+fn in_netns<T, E: From<NetlinkError>>(pid: i32, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
     let netns = |source: io::Error| NetlinkError::Netns { pid, source };
     let own = File::open("/proc/thread-self/ns/net").map_err(netns)?;
     let target = File::open(format!("/proc/{pid}/ns/net")).map_err(netns)?;
@@ -113,6 +113,77 @@ fn in_netns<T>(pid: i32, f: impl FnOnce() -> Result<T, NetlinkError>) -> Result<
     let r = f();
     setns(own.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| netns(e.into()))?;
     r
+}
+
+/// How long [`dial_localhost`] waits for a loopback connection to be answered.
+const CONNECT_WAIT_MS: u16 = 200;
+
+/// Why [`dial_localhost`] found no connection.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error(transparent)]
+    Netns(#[from] NetlinkError),
+    /// Both address families failed at once (in Go's words, as containerd reports them).
+    #[error("IPv4: dial tcp4 127.0.0.1:{port}: connect: {v4} IPv6 dial tcp6 [::1]:{port}: connect: {v6}")]
+    Refused { port: u16, v4: String, v6: String },
+}
+
+/// An errno as Go prints it (`connection refused`), other errors as they are.
+fn go_text(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => {
+            let desc = nix::errno::Errno::from_raw(n).desc();
+            let mut c = desc.chars();
+            c.next()
+                .map(|f| f.to_lowercase().chain(c).collect())
+                .unwrap_or_default()
+        }
+        None => e.to_string(),
+    }
+}
+
+/// A TCP socket connecting to `localhost:<port>` inside the network namespace of `pid`, as
+/// containerd's port forward dials (IPv4 first, then IPv6). Non-blocking: the connection may
+/// still be in progress (the caller waits until it is writable and reads its error); one that
+/// fails at once (nothing listens) is tried on `::1` before giving up.
+pub fn dial_localhost(pid: i32, port: u16) -> Result<OwnedFd, DialError> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, connect, socket};
+    fn dial(family: AddressFamily, addr: &dyn nix::sys::socket::SockaddrLike) -> io::Result<OwnedFd> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+        let fd = socket(family, SockType::Stream, flags, None).map_err(io::Error::from)?;
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), addr) {
+            Ok(()) => return Ok(fd),
+            Err(nix::errno::Errno::EINPROGRESS) => {}
+            Err(e) => return Err(e.into()),
+        }
+        // On loopback the answer (accept or refusal) is there at once; a moment's wait lets a
+        // refusal be told here, and a connection still pending after it (a full backlog) is
+        // handed over to finish on the caller's side.
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+        if poll(&mut fds, PollTimeout::from(CONNECT_WAIT_MS)).map_err(io::Error::from)? == 0 {
+            return Ok(fd);
+        }
+        match nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError)
+            .map_err(io::Error::from)?
+        {
+            0 => Ok(fd),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+    in_netns(pid, || {
+        let v4 = SockaddrIn::from(std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+        let v4 = match dial(AddressFamily::Inet, &v4) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => e,
+        };
+        let v6 = SockaddrIn6::from(std::net::SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0));
+        dial(AddressFamily::Inet6, &v6).map_err(|v6| DialError::Refused {
+            port,
+            v4: go_text(&v4),
+            v6: go_text(&v6),
+        })
+    })
 }
 
 /// Removes a sandbox's veth (gone already when its namespace died: not an error).

@@ -32,6 +32,13 @@ pub enum RuntimeError {
     Image(#[from] StoreError),
     #[error("{what}: {source}")]
     Network { what: String, source: NetlinkError },
+    /// Nothing listens where a port forward dialed (containerd's text).
+    #[error("failed to connect to localhost:{port} inside namespace \"{sandbox}\", {source} ")]
+    Dial {
+        port: u16,
+        sandbox: String,
+        source: crate::net::DialError,
+    },
 }
 
 impl RuntimeError {
@@ -42,6 +49,7 @@ impl RuntimeError {
             RuntimeError::Invalid(_) => ErrorKind::Invalid,
             RuntimeError::Conflict(_) => ErrorKind::Conflict,
             RuntimeError::Exhausted(_) => ErrorKind::Unavailable,
+            RuntimeError::Dial { .. } => ErrorKind::NotFound,
             RuntimeError::Image(e) => store_error_kind(e),
             RuntimeError::Io { .. }
             | RuntimeError::Container { .. }

@@ -102,6 +102,8 @@ pub struct Runtime {
     cpu_samples: BTreeMap<String, stats::CpuSample>,
     /// Deferred replies: (connection, reply).
     outbox: Vec<(u64, Reply)>,
+    /// Descriptors that go with the reply `handle` just returned (SCM_RIGHTS).
+    pub(crate) reply_fds: Vec<OwnedFd>,
     /// The pod bridge's interface index, once created.
     bridge: Option<u32>,
     /// Whether the pause root holds the node binary (prepared at the first sandbox).
@@ -169,6 +171,7 @@ impl Runtime {
             pulls: BTreeMap::new(),
             cpu_samples: BTreeMap::new(),
             outbox: Vec::new(),
+            reply_fds: Vec::new(),
             bridge: None,
             pause_ready: false,
         };
@@ -273,6 +276,10 @@ impl Runtime {
                 items: self.list_pod_stats(),
             }),
             Request::UpdateRuntimeConfig { pod_cidr } => self.set_pod_cidr(&pod_cidr).map(|()| Reply::Ok),
+            Request::PortForward { sandbox_id, port } => self.port_forward(&sandbox_id, port).map(|socket| {
+                self.reply_fds.push(socket);
+                Reply::PortForward
+            }),
         };
         Some(r.unwrap_or_else(|e| Reply::Error(e.to_reply())))
     }

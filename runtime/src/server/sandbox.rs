@@ -226,6 +226,29 @@ impl Runtime {
         self.forget_samples(slice);
     }
 
+    /// A socket connecting to `localhost:<port>` in the network namespace of sandbox `id`
+    /// (CRI's `PortForward`); containerd's error text when nothing listens.
+    pub(super) fn port_forward(&mut self, id: &str, port: u16) -> Result<OwnedFd, RuntimeError> {
+        let sb = self.sandbox(id)?;
+        let pid = sb
+            .rec
+            .status
+            .pause_pid
+            .filter(|_| sb.pidfd.is_some() && sb.rec.status.ready)
+            .ok_or_else(|| RuntimeError::Conflict(format!("sandbox {id} is not ready")))?;
+        net::dial_localhost(pid, port).map_err(|e| match e {
+            net::DialError::Netns(source) => RuntimeError::Network {
+                what: format!("entering the network namespace of sandbox {id}"),
+                source,
+            },
+            source => RuntimeError::Dial {
+                port,
+                sandbox: id.to_string(),
+                source,
+            },
+        })
+    }
+
     pub(super) fn stop_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
         let sb = self.sandbox(id)?;
         // Only a pause process we still watch is signalled: once it exited and was reaped its pid

@@ -4,14 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use runtime_api::{ErrorKind, Reply, ReplyError, Request, recv_some};
+use runtime_api::{ErrorKind, Reply, ReplyError, Request, recv_some, send_line};
 
 use super::errors::{RuntimeError, io_ctx};
 use super::{Options, Runtime};
@@ -38,13 +37,15 @@ struct Conn {
     fds: Vec<OwnedFd>,
 }
 
-fn send_reply(conns: &mut BTreeMap<u64, Conn>, id: u64, reply: &Reply) {
+/// Writes `reply` with `fds` attached (closed here once sent).
+fn send_reply(conns: &mut BTreeMap<u64, Conn>, id: u64, reply: &Reply, fds: Vec<OwnedFd>) {
     let Some(c) = conns.get_mut(&id) else { return };
     let mut line = serde_json::to_vec(reply).unwrap_or_else(|_| {
         br#"{"result":"error","kind":"Internal","message":"encoding the reply failed"}"#.to_vec()
     });
     line.push(b'\n');
-    if c.stream.write_all(&line).is_err() {
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    if send_line(&c.stream, &line, &raw).is_err() {
         conns.remove(&id);
     }
 }
@@ -219,8 +220,9 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
                         if let Some(c) = conns.get_mut(id) {
                             c.fds = fds;
                         }
+                        let out_fds = std::mem::take(&mut rt.reply_fds);
                         if let Some(r) = reply {
-                            send_reply(&mut conns, *id, &r);
+                            send_reply(&mut conns, *id, &r, out_fds);
                         }
                     }
                 }
@@ -228,7 +230,7 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
             }
         }
         for (conn, reply) in std::mem::take(&mut rt.outbox) {
-            send_reply(&mut conns, conn, &reply);
+            send_reply(&mut conns, conn, &reply, Vec::new());
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The subresources served by the node agent: `pods/<name>/log` (the agent's
-//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through), `pods/<name>/exec` (a
-//! WebSocket upgrade spliced to the agent's `/exec/...`) and `nodes/<name>/proxy/<path>` (a GET
-//! relayed to the agent).
+//! `/containerLogs/<namespace>/<pod>/<container>`, streamed through), `pods/<name>/exec` and
+//! `pods/<name>/portforward` (upgrades spliced to the agent's `/exec/...` and
+//! `/portForward/...`) and `nodes/<name>/proxy/<path>` (a GET relayed to the agent).
 //!
 //! The agent is reached at the address its Node reports (written only by that node's identity or
 //! an administrator, NodeRestriction): the `nodeos.dev/kubelet-endpoint` annotation (`IP:PORT`,
@@ -15,10 +15,10 @@
 //! which holds `system:kubelet-api-admin` only); the agent authorizes each request through a
 //! SubjectAccessReview.
 
-mod exec;
 mod logs;
 mod proxy;
 mod tls;
+mod upgrade;
 
 pub(crate) use tls::AgentTlsError;
 
@@ -127,18 +127,24 @@ impl Api {
 }
 
 impl Api {
-    /// Exec upgrades do not pass [`Api::route`]; they are authorized here as upstream
-    /// authorizes a WebSocket exec: `create` on `pods/exec`. (The agent only checks that the
-    /// API server may proxy to nodes, so this is what keeps a caller out of workloads it may
-    /// not reach.)
-    pub(crate) fn may_exec(&self, caller: Option<&Caller>, name: &str, ns: &str) -> Result<(), ApiError> {
+    /// Upgrades (`exec`, `portforward`) do not pass [`Api::route`]; they are authorized here as
+    /// upstream authorizes them, WebSocket or SPDY: `create` on `pods/<subresource>`. (The agent
+    /// only checks that the API server may proxy to nodes, so this is what keeps a caller out of
+    /// workloads it may not reach.)
+    pub(crate) fn may_connect(
+        &self,
+        caller: Option<&Caller>,
+        subresource: &str,
+        name: &str,
+        ns: &str,
+    ) -> Result<(), ApiError> {
         let Some(c) = caller else {
             return Err(ApiError::unauthorized());
         };
         let a = crate::api::authz::Attributes {
             verb: "create",
             resource: "pods",
-            subresource: "exec",
+            subresource,
             name,
             namespace: ns,
             resource_request: true,

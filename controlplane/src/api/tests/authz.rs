@@ -67,11 +67,19 @@ async fn service_account_without_binding_gets_the_upstream_403() {
     // Exec is authorized as create on pods/exec (the upgrade path shares the check).
     let err = f
         .api
-        .may_exec(Some(&robot), "web", "default")
+        .may_connect(Some(&robot), "exec", "web", "default")
         .expect_err("no exec");
     assert_eq!(
         err.message,
         "pods \"web\" is forbidden: User \"system:serviceaccount:default:robot\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
+    );
+    let err = f
+        .api
+        .may_connect(Some(&robot), "portforward", "web", "default")
+        .expect_err("no port-forward");
+    assert_eq!(
+        err.message,
+        "pods \"web\" is forbidden: User \"system:serviceaccount:default:robot\" cannot create resource \"pods/portforward\" in API group \"\" in the namespace \"default\""
     );
     let boot = who(
         "system:bootstrap:abcdef",

@@ -1,7 +1,10 @@
-//! `pods/<name>/exec`: a WebSocket upgrade spliced to the agent's `/exec/...`.
+//! `pods/<name>/exec`, `pods/<name>/attach` and `pods/<name>/portforward`: upgrades spliced to
+//! the agent's `/exec/...` and `/attach/...` (WebSocket, `v5.channel.k8s.io`) and
+//! `/portForward/...` (SPDY/3.1, raw or tunnelled in a WebSocket). The agent speaks the protocols; the API server authorizes, finds
+//! the agent, forwards the handshake and then copies bytes both ways.
 
 use bytes::Bytes;
-use http::{Response, header};
+use http::{HeaderName, Method, Response, header};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
@@ -11,22 +14,26 @@ use crate::api::output::{Body, error_response, full};
 use crate::api::request::{Caller, Query, parse_target};
 use crate::api::status::ApiError;
 
+/// The header SPDY clients name their stream protocols in.
+const STREAM_PROTOCOL: HeaderName = HeaderName::from_static("x-stream-protocol-version");
+
 impl Api {
-    /// `pods/<name>/exec` upgraded to a WebSocket (`v5.channel.k8s.io`): the connection is spliced
-    /// to the node agent's `/exec/...` endpoint, which runs the command and speaks the channel
-    /// protocol. SPDY upgrades (kubectl's fallback) are refused with the reason.
+    /// `pods/<name>/exec` or `pods/<name>/attach` upgraded to a WebSocket, or
+    /// `pods/<name>/portforward` upgraded to SPDY/3.1 (raw or in a WebSocket): the connection is
+    /// spliced to the node agent, which speaks the protocol. SPDY exec and attach (kubectl's
+    /// fallback) are refused with the reason.
     pub async fn upgrade(
         &self,
         caller: Option<&Caller>,
         mut req: hyper::Request<hyper::body::Incoming>,
     ) -> Response<Body> {
-        match self.splice_exec(caller, &mut req).await {
+        match self.splice(caller, &mut req).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
         }
     }
 
-    async fn splice_exec(
+    async fn splice(
         &self,
         caller: Option<&Caller>,
         req: &mut hyper::Request<hyper::body::Incoming>,
@@ -41,39 +48,53 @@ impl Api {
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let t = parse_target(&segs)?;
         let is_pod = t.res.kind == "Pod" && t.res.group.is_empty();
-        if !is_pod || t.sub.as_deref() != Some("exec") || t.name.is_none() {
+        let sub = t
+            .sub
+            .as_deref()
+            .filter(|s| is_pod && matches!(*s, "exec" | "attach" | "portforward"));
+        let (Some(sub), Some(name)) = (sub, t.name.clone()) else {
             return Err(ApiError::bad_request(format!(
-                "{path} cannot be upgraded (only pods/<name>/exec)"
+                "{path} cannot be upgraded (only pods/<name>/exec, attach and portforward)"
             )));
-        }
+        };
         let q = Query::parse(req.uri().query());
-        let name = t.name.clone().unwrap_or_default();
         let ns = t.namespace.clone().unwrap_or_else(|| "default".into());
-        self.may_exec(caller, &name, &ns)?;
+        self.may_connect(caller, sub, &name, &ns)?;
         let (pod, _) = self.read_object(t.res, Some(&ns), &name).await?;
-        let container = pick_container(&pod, &name, q.get("container"))?.to_string();
-        let agent = self.agent_of(&pod, &name).await?;
         let websocket = req
             .headers()
             .get(header::UPGRADE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-        if !websocket {
-            return Err(ApiError::bad_request(
-                "exec over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)",
-            ));
-        }
-        let agent_uri = agent.uri(&format!(
-            "/exec/{ns}/{name}/{container}?{}",
-            req.uri().query().unwrap_or_default()
-        ));
-        let mut up = http::Request::get(agent_uri)
-            .header(header::CONNECTION, "Upgrade")
-            .header(header::UPGRADE, "websocket");
+        let agent_path = if sub != "portforward" {
+            // The container is checked first: kubectl retries a refused WebSocket over SPDY and
+            // shows the second answer, which must still name a wrong container.
+            let container = pick_container(&pod, &name, q.get("container"))?;
+            if !websocket {
+                return Err(ApiError::bad_request(format!(
+                    "{sub} over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)"
+                )));
+            }
+            format!(
+                "/{sub}/{ns}/{name}/{container}?{}",
+                req.uri().query().unwrap_or_default()
+            )
+        } else {
+            format!("/portForward/{ns}/{name}")
+        };
+        let agent = self.agent_of(&pod, &name).await?;
+        // Upstream's agents take a WebSocket upgrade on GET and SPDY on POST.
+        let method = if websocket { Method::GET } else { Method::POST };
+        let mut up = http::Request::builder()
+            .method(method)
+            .uri(agent.uri(&agent_path))
+            .header(header::CONNECTION, "Upgrade");
         for h in [
+            header::UPGRADE,
             header::SEC_WEBSOCKET_KEY,
             header::SEC_WEBSOCKET_VERSION,
             header::SEC_WEBSOCKET_PROTOCOL,
+            STREAM_PROTOCOL,
         ] {
             for v in req.headers().get_all(&h) {
                 up = up.header(&h, v.clone());
@@ -93,6 +114,7 @@ impl Api {
             header::CONNECTION,
             header::SEC_WEBSOCKET_ACCEPT,
             header::SEC_WEBSOCKET_PROTOCOL,
+            STREAM_PROTOCOL,
         ] {
             if let Some(v) = agent_resp.headers().get(&h) {
                 out.headers_mut().insert(h, v.clone());
@@ -102,7 +124,7 @@ impl Api {
         let agent_side = hyper::upgrade::on(&mut agent_resp);
         tokio::spawn(async move {
             let (Ok(c), Ok(a)) = (client_side.await, agent_side.await) else {
-                tracing::debug!("exec upgrade did not complete");
+                tracing::debug!("upgrade did not complete");
                 return;
             };
             let (mut c, mut a) = (TokioIo::new(c), TokioIo::new(a));

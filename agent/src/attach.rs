@@ -1,0 +1,118 @@
+//! `/attach/<namespace>/<pod>/<container>`: `kubectl attach` over the exec protocol
+//! (`v5.channel.k8s.io`). The client gets the container's output from the moment it attaches,
+//! stdout on channel 1 and stderr on channel 2, read from the container's log as the runtime
+//! writes it (every byte the container writes goes there first), until the container stops;
+//! then a `Success` status, and kubectl exits.
+//!
+//! Containers here run without an open stdin (the runtime gives them none, whatever
+//! `stdin: true` says), so what the client sends is read and dropped, as upstream does for a
+//! container without stdin; and without a terminal (kubectl itself says "Unable to use a TTY"
+//! for a container that did not ask for one).
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::exec::{self, Channels, ExecRequest};
+use crate::logs::Record;
+
+/// The channel and bytes of each complete record in `lines` that the client asked for.
+fn output(lines: &str, req: &ExecRequest) -> Vec<(u8, Bytes)> {
+    lines
+        .lines()
+        .filter_map(Record::parse)
+        .filter_map(|r| {
+            let channel = match r.stream {
+                "stdout" if req.stdout => exec::STDOUT,
+                "stderr" if req.stderr => exec::STDERR,
+                _ => return None,
+            };
+            let mut text = r.text.as_bytes().to_vec();
+            if r.tag == "F" {
+                text.push(b'\n');
+            }
+            Some((channel, Bytes::from(text)))
+        })
+        .collect()
+}
+
+/// Serves one attach session on `io`: the output appended to `log` from now on.
+pub async fn serve<S>(io: S, log: PathBuf, req: ExecRequest)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut ch = Channels::open(io).await;
+    // Attached now: what the log holds already is history (`kubectl logs` shows it).
+    let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let (tx, mut batches) = mpsc::channel(16);
+    let wanted = req.clone();
+    let follower = tokio::spawn(crate::server::follow(log, offset, tx, move |lines| {
+        let out = output(lines, &wanted);
+        (!out.is_empty()).then_some(out)
+    }));
+    let ended = 'session: loop {
+        tokio::select! {
+            batch = batches.recv() => match batch {
+                Some(batch) => {
+                    for (channel, data) in batch {
+                        if ch.out.send(exec::channel_message(channel, &data)).await.is_err() {
+                            break 'session None;
+                        }
+                    }
+                }
+                // The container stopped (or its log went away).
+                None => break Some(Ok(0)),
+            },
+            msg = ch.messages.next() => match msg {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break None,
+                // Input for a container without stdin: dropped.
+                Some(Ok(_)) => {}
+            },
+        }
+    };
+    follower.abort();
+    tracing::debug!(container_stopped = ended.is_some(), "attach ended");
+    ch.finish(ended).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_go_to_the_channels_asked_for() {
+        let lines = "2026-12-02T05:00:00.000000000Z stdout F hello\n\
+                     2026-12-02T05:00:00.100000000Z stderr F oops\n\
+                     2026-12-02T05:00:00.200000000Z stdout P par\n\
+                     2026-12-02T05:00:00.300000000Z stdout F tial\n\
+                     not a record\n";
+        let both = ExecRequest {
+            stdout: true,
+            stderr: true,
+            ..ExecRequest::default()
+        };
+        let got: Vec<(u8, String)> = output(lines, &both)
+            .into_iter()
+            .map(|(c, b)| (c, String::from_utf8_lossy(&b).into_owned()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (exec::STDOUT, "hello\n".into()),
+                (exec::STDERR, "oops\n".into()),
+                (exec::STDOUT, "par".into()),
+                (exec::STDOUT, "tial\n".into()),
+            ]
+        );
+        let only_out = ExecRequest {
+            stdout: true,
+            ..ExecRequest::default()
+        };
+        assert_eq!(output(lines, &only_out).len(), 3);
+        assert!(output(lines, &ExecRequest::default()).is_empty());
+    }
+}
