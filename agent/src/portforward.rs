@@ -174,7 +174,8 @@ fn stream_request(id: u32, headers: &[(String, String)]) -> Result<StreamRequest
 #[derive(Debug)]
 struct Pending {
     error: Option<u32>,
-    data: Option<u32>,
+    /// The data stream and what the peer sends on it meanwhile.
+    data: Option<(u32, mpsc::Receiver<Bytes>)>,
     port: u16,
     since: Instant,
 }
@@ -230,17 +231,22 @@ where
                 let now = Instant::now();
                 pending.retain(|_, p| now.duration_since(p.since) < PAIR_TIMEOUT);
                 let req = match stream_request(id, &headers) {
-                    Ok(r) if pending.len() < MAX_PENDING || pending.contains_key(&r.request_id) => r,
-                    Ok(_) | Err(_) => {
-                        if let Err(e) = stream_request(id, &headers) {
-                            tracing::debug!(stream = id, error = %e, "port-forward stream refused");
-                        }
-                        let rst = FrameWriter::rst_stream(id, spdy::REFUSED_STREAM);
-                        if out_tx.send(Out::Frame(rst)).await.is_err() {
-                            break;
-                        }
-                        continue;
+                    Ok(r) if pending.len() < MAX_PENDING || pending.contains_key(&r.request_id) => Some(r),
+                    Ok(_) => {
+                        tracing::debug!(stream = id, "port-forward stream refused: too many pending");
+                        None
                     }
+                    Err(e) => {
+                        tracing::debug!(stream = id, error = %e, "port-forward stream refused");
+                        None
+                    }
+                };
+                let Some(req) = req else {
+                    let rst = FrameWriter::rst_stream(id, spdy::REFUSED_STREAM);
+                    if out_tx.send(Out::Frame(rst)).await.is_err() {
+                        break;
+                    }
+                    continue;
                 };
                 if out_tx.send(Out::Reply(id)).await.is_err() {
                     break;
@@ -253,14 +259,23 @@ where
                 });
                 match req.kind {
                     StreamKind::Error => p.error = Some(id),
-                    StreamKind::Data => p.data = Some(id),
+                    StreamKind::Data => {
+                        // What arrives before the pair is complete waits for its forwarder.
+                        let (tx, rx) = mpsc::channel(16);
+                        inbound.insert(id, tx);
+                        p.data = Some((id, rx));
+                    }
                 }
-                if let (Some(error), Some(data)) = (p.error, p.data) {
+                if p.error.is_some() && p.data.is_some() {
                     let port = p.port;
-                    pending.remove(&req.request_id);
-                    let (tx, rx) = mpsc::channel(16);
-                    inbound.insert(data, tx);
-                    tokio::spawn(forward(port, data, error, rx, out_tx.clone(), dial.clone()));
+                    if let Some(Pending {
+                        error: Some(error),
+                        data: Some((data, rx)),
+                        ..
+                    }) = pending.remove(&req.request_id)
+                    {
+                        tokio::spawn(forward(port, data, error, rx, out_tx.clone(), dial.clone()));
+                    }
                 }
             }
             Frame::Data { id, fin, data } => {
@@ -503,11 +518,30 @@ mod tests {
             .await
             .expect("write");
         wr.write_all(&FrameWriter::ping(11)).await.expect("write");
+        // A client that opens the data stream first and sends at once: kept until the pair is
+        // complete.
+        wr.write_all(&syn(
+            13,
+            false,
+            &[("streamtype", "data"), ("port", &p), ("requestid", "2")],
+        ))
+        .await
+        .expect("write");
+        for f in FrameWriter::data(13, b"yo", false) {
+            wr.write_all(&f).await.expect("write");
+        }
+        wr.write_all(&syn(
+            15,
+            true,
+            &[("streamtype", "error"), ("port", &p), ("requestid", "2")],
+        ))
+        .await
+        .expect("write");
         let mut r = FrameReader::new(rd);
         let mut data: HashMap<u32, Vec<u8>> = HashMap::new();
         let mut fins = Vec::new();
         let (mut replies, mut resets, mut pings) = (0, Vec::new(), 0);
-        while fins.len() < 4 || replies < 4 || resets.is_empty() || pings == 0 {
+        while fins.len() < 6 || replies < 6 || resets.is_empty() || pings == 0 {
             let f = tokio::time::timeout(Duration::from_secs(10), r.next())
                 .await
                 .expect("frames in time")
@@ -537,7 +571,8 @@ mod tests {
             "{err}"
         );
         fins.sort_unstable();
-        assert_eq!(fins, vec![1, 3, 5, 7]);
+        assert_eq!(fins, vec![1, 3, 5, 7, 13, 15]);
+        assert_eq!(data.get(&13).map(Vec::as_slice), Some(&b"echo:yo"[..]));
         assert_eq!(resets, vec![(9, spdy::REFUSED_STREAM)]);
     }
 }

@@ -66,10 +66,14 @@ impl Api {
             .get(header::UPGRADE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-        let agent_path = if sub != "portforward" {
-            // The container is checked first: kubectl retries a refused WebSocket over SPDY and
-            // shows the second answer, which must still name a wrong container.
-            let container = pick_container(&pod, &name, q.get("container"))?;
+        // The container and the node are checked first: kubectl retries a refused WebSocket
+        // over SPDY and shows the second answer, which must still name the real problem.
+        let container = match sub {
+            "portforward" => None,
+            _ => Some(pick_container(&pod, &name, q.get("container"))?),
+        };
+        let agent = self.agent_of(&pod, &name).await?;
+        let agent_path = if let Some(container) = container {
             if !websocket {
                 return Err(ApiError::bad_request(format!(
                     "{sub} over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)"
@@ -82,7 +86,6 @@ impl Api {
         } else {
             format!("/portForward/{ns}/{name}")
         };
-        let agent = self.agent_of(&pod, &name).await?;
         // Upstream's agents take a WebSocket upgrade on GET and SPDY on POST.
         let method = if websocket { Method::GET } else { Method::POST };
         let mut up = http::Request::builder()
