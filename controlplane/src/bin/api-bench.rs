@@ -462,8 +462,12 @@ fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_rss = rss_kib(pid);
         let target = Target::new(&addr, &tmp.path().join("cp/pki"))?;
-        for ns in ["bench", "watch"] {
+        // Without controllers nobody makes the namespaces' `default` ServiceAccount, which
+        // ServiceAccount admission wants before a pod is created: made here.
+        for ns in ["bench", "watch", "bench-rbac"] {
             target.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
+            let sa = json!({"metadata": {"name": "default"}});
+            target.call("POST", &format!("/api/v1/namespaces/{ns}/serviceaccounts"), Some(&sa)).await?;
         }
         eprintln!("api-bench: API creates ({writes} pods)");
         let per = writes / CLIENTS;
@@ -475,7 +479,6 @@ fn main() -> Result<()> {
         // 100 RoleBindings of its namespace (the admin run above is system:masters, which skips
         // RBAC).
         eprintln!("api-bench: API creates with RBAC ({writes} pods, 10 Roles, 100 RoleBindings)");
-        target.call("POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": "bench-rbac"}}))).await?;
         let rbac_base = "/apis/rbac.authorization.k8s.io/v1/namespaces/bench-rbac";
         for i in 0..10 {
             let role = json!({"metadata": {"name": format!("role-{i}")},
