@@ -69,17 +69,40 @@ pub fn find_sandbox(namespace: &str, pod: &str) -> Result<String, PortForwardErr
         })
 }
 
-/// What dials a port of the pod: the runtime, given the sandbox (a test's loopback listener).
-pub type Dialer = std::sync::Arc<dyn Fn(u16) -> Result<OwnedFd, String> + Send + Sync>;
+/// Why a forwarded connection failed: the text the client reads on its error stream.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The kubelet's wrapping of the dialer's error (its pod is the sandbox, its uid empty).
+    #[error("error forwarding port {port} to pod {pod}, uid : {source}")]
+    Dial {
+        port: u16,
+        pod: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to connect to localhost:{port} inside the pod's network namespace: {source}")]
+    Connect { port: u16, source: std::io::Error },
+    #[error("timed out connecting to localhost:{port} in the pod")]
+    ConnectTimeout { port: u16 },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
 
-/// The runtime's dialer for `sandbox_id`, with the kubelet's error text.
+/// What dials a port of the pod: the runtime, given the sandbox (a test's loopback listener).
+pub type Dialer = std::sync::Arc<dyn Fn(u16) -> Result<OwnedFd, ForwardError> + Send + Sync>;
+
+/// The runtime's dialer for `sandbox_id`.
 pub fn runtime_dialer(sandbox_id: String) -> Dialer {
     std::sync::Arc::new(move |port| {
-        let mut client = runtime_api::Client::connect(std::path::Path::new(runtime_api::SOCKET))
-            .map_err(|e| e.to_string())?;
-        client.port_forward(&sandbox_id, port).map_err(|e| {
-            // The kubelet's wrapping of the runtime's error (its pod is the sandbox, its uid empty).
-            format!("error forwarding port {port} to pod {sandbox_id}, uid : {e}")
+        let dial = || {
+            runtime_api::Client::connect(std::path::Path::new(runtime_api::SOCKET))?
+                .port_forward(&sandbox_id, port)
+        };
+        dial().map_err(|e| ForwardError::Dial {
+            port,
+            pod: sandbox_id.clone(),
+            source: Box::new(e),
         })
     })
 }
@@ -133,8 +156,23 @@ enum StreamKind {
     Data,
 }
 
+/// Why a new stream is refused (the kubelet's texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum StreamHeaderError {
+    #[error("\"streamType\" header is required")]
+    NoStreamType,
+    #[error("invalid stream type {0:?}")]
+    StreamType(String),
+    #[error("\"port\" header is required")]
+    NoPort,
+    #[error("unable to parse {0:?} as a port")]
+    Port(String),
+    #[error("port \"0\" must be > 0")]
+    ZeroPort,
+}
+
 /// The kubelet's checks of a new stream's headers.
-fn stream_request(id: u32, headers: &[(String, String)]) -> Result<StreamRequest, String> {
+fn stream_request(id: u32, headers: &[(String, String)]) -> Result<StreamRequest, StreamHeaderError> {
     let get = |name: &str| {
         headers
             .iter()
@@ -144,15 +182,15 @@ fn stream_request(id: u32, headers: &[(String, String)]) -> Result<StreamRequest
     let kind = match get("streamtype") {
         Some("error") => StreamKind::Error,
         Some("data") => StreamKind::Data,
-        Some(other) => return Err(format!("invalid stream type {other:?}")),
-        None => return Err("\"streamType\" header is required".into()),
+        Some(other) => return Err(StreamHeaderError::StreamType(other.to_string())),
+        None => return Err(StreamHeaderError::NoStreamType),
     };
-    let port = get("port").ok_or_else(|| "\"port\" header is required".to_string())?;
+    let port = get("port").ok_or(StreamHeaderError::NoPort)?;
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("unable to parse {port:?} as a port"))?;
+        .map_err(|_| StreamHeaderError::Port(port.to_string()))?;
     if port == 0 {
-        return Err("port \"0\" must be > 0".into());
+        return Err(StreamHeaderError::ZeroPort);
     }
     // Clients older than the header pair streams by id (the kubelet's fallback): error n,
     // data n+2.
@@ -317,9 +355,9 @@ async fn forward(
     out: mpsc::Sender<Out>,
     dial: Dialer,
 ) {
-    if let Err(msg) = relay(port, data, inbound, &out, dial).await {
-        tracing::debug!(port, error = %msg, "port forward failed");
-        for f in FrameWriter::data(error, msg.as_bytes(), false) {
+    if let Err(e) = relay(port, data, inbound, &out, dial).await {
+        tracing::debug!(port, error = %e, "port forward failed");
+        for f in FrameWriter::data(error, e.to_string().as_bytes(), false) {
             let _ = out.send(Out::Frame(f)).await;
         }
     }
@@ -336,13 +374,11 @@ async fn relay(
     mut inbound: mpsc::Receiver<Bytes>,
     out: &mpsc::Sender<Out>,
     dial: Dialer,
-) -> Result<(), String> {
-    let fd = tokio::task::spawn_blocking(move || dial(port))
-        .await
-        .map_err(|e| e.to_string())??;
+) -> Result<(), ForwardError> {
+    let fd = tokio::task::spawn_blocking(move || dial(port)).await??;
     let std_stream = std::net::TcpStream::from(fd);
-    std_stream.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let sock = tokio::net::TcpStream::from_std(std_stream).map_err(|e| e.to_string())?;
+    std_stream.set_nonblocking(true)?;
+    let sock = tokio::net::TcpStream::from_std(std_stream)?;
     // The runtime's socket may still be connecting: writable once it is done either way.
     let connected = async {
         sock.writable().await?;
@@ -353,12 +389,8 @@ async fn relay(
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, connected).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return Err(format!(
-                "failed to connect to localhost:{port} inside the pod's network namespace: {e}"
-            ));
-        }
-        Err(_) => return Err(format!("timed out connecting to localhost:{port} in the pod")),
+        Ok(Err(source)) => return Err(ForwardError::Connect { port, source }),
+        Err(_) => return Err(ForwardError::ConnectTimeout { port }),
     }
     let (mut rd, mut wr) = sock.into_split();
     let to_peer = async {
@@ -373,15 +405,13 @@ async fn relay(
                         }
                     }
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(ForwardError::Io(e)),
             }
         }
     };
     let to_pod = async {
         while let Some(chunk) = inbound.recv().await {
-            if let Err(e) = wr.write_all(&chunk).await {
-                return Err(e.to_string());
-            }
+            wr.write_all(&chunk).await?;
         }
         let _ = wr.shutdown().await;
         Ok(())
@@ -448,7 +478,10 @@ mod tests {
                 "port \"0\" must be > 0",
             ),
         ] {
-            assert_eq!(stream_request(1, &hdrs(&h)), Err(want.to_string()));
+            assert_eq!(
+                stream_request(1, &hdrs(&h)).map_err(|e| e.to_string()),
+                Err(want.to_string())
+            );
         }
     }
 
@@ -467,7 +500,11 @@ mod tests {
         let dial: Dialer = Arc::new(|port| {
             TcpStream::connect(("127.0.0.1", port))
                 .map(OwnedFd::from)
-                .map_err(|e| format!("error forwarding port {port} to pod test, uid : {e}"))
+                .map_err(|e| ForwardError::Dial {
+                    port,
+                    pod: "test".into(),
+                    source: Box::new(e),
+                })
         });
         (dial, port)
     }

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::api::Api;
 use crate::api::registry;
 use crate::api::status::ApiError;
+use crate::controllers::nodeipam::reconcile::Cidr;
 use crate::storage::{StoreError, Write};
 
 /// kubeadm's service subnet.
@@ -38,24 +39,27 @@ impl std::fmt::Display for ServiceRange {
     }
 }
 
+/// A `--service-cluster-ip-range` that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an IPv4 CIDR a.b.c.d/8..30 naming its network")]
+pub struct ServiceRangeError(String);
+
 impl std::str::FromStr for ServiceRange {
-    type Err = String;
+    type Err = ServiceRangeError;
 
     /// `a.b.c.d/n` with 8 ≤ n ≤ 30 (at least two usable addresses, at most 2^24 as upstream
-    /// limits the bitmap), the address being the network's.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not an IPv4 CIDR a.b.c.d/8..30 naming its network");
-        let (ip, prefix) = s.split_once('/').ok_or_else(bad)?;
-        let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
-        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-        if !(8..=30).contains(&prefix) {
+    /// limits the bitmap), the address being the network's. Parsed as the node IPAM's CIDRs
+    /// are; that parser drops host bits, so a range naming a host shows as a different text.
+    fn from_str(s: &str) -> Result<Self, ServiceRangeError> {
+        let bad = || ServiceRangeError(s.to_string());
+        let cidr: Cidr = s.parse().map_err(|_| bad())?;
+        if !(8..=30).contains(&cidr.prefix) || cidr.to_string() != s {
             return Err(bad());
         }
-        let base = u32::from(ip);
-        if base & !mask(prefix) != 0 {
-            return Err(bad());
-        }
-        Ok(Self { base, prefix })
+        Ok(Self {
+            base: u32::from(cidr.addr),
+            prefix: cidr.prefix,
+        })
     }
 }
 
