@@ -4,11 +4,14 @@
 //! writes it (every byte the container writes goes there first), until the container stops;
 //! then a `Success` status, and kubectl exits.
 //!
-//! Containers here run without an open stdin (the runtime gives them none, whatever
-//! `stdin: true` says), so what the client sends is read and dropped, as upstream does for a
-//! container without stdin; and without a terminal (kubectl itself says "Unable to use a TTY"
-//! for a container that did not ask for one).
+//! A container with `stdin: true` reads what the client sends on channel 0 (the runtime hands
+//! out its stdin pipe, or with `tty: true` its terminal, through `Attach`); with `stdinOnce`
+//! the first client's stdin is the container's, and its close is the container's EOF. Channel 4
+//! resizes the terminal. For a container without stdin, what the client sends is read and
+//! dropped, as upstream does. A terminal's output is the log's stdout, written as it comes
+//! (prompts and echo included, see the runtime's log writer).
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -40,11 +43,35 @@ fn output(lines: &str, req: &ExecRequest) -> Vec<(u8, Bytes)> {
         .collect()
 }
 
-/// Serves one attach session on `io`: the output appended to `log` from now on.
-pub async fn serve<S>(io: S, log: PathBuf, req: ExecRequest)
+/// The container's input from the runtime, when the client sends some: (tty, input).
+async fn input(id: String, req: &ExecRequest) -> (bool, Option<OwnedFd>) {
+    if !req.stdin && !req.tty {
+        return (false, None);
+    }
+    let got = tokio::task::spawn_blocking(move || {
+        exec::runtime_client()?.attach(&id).map_err(exec::ExecError::from)
+    })
+    .await
+    .map_err(exec::ExecError::from)
+    .and_then(|r| r);
+    match got {
+        Ok(a) => (a.tty, a.input),
+        Err(e) => {
+            tracing::debug!(error = %e, "no input for the attach");
+            (false, None)
+        }
+    }
+}
+
+/// Serves one attach session on `io` to container `id`: the output appended to `log` from now
+/// on, and the client's input into the container's stdin if it has one.
+pub async fn serve<S>(io: S, id: String, log: PathBuf, req: ExecRequest)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (tty, input) = input(id, &req).await;
+    let resize = input.as_ref().filter(|_| tty).and_then(|fd| fd.try_clone().ok());
+    let mut stdin = input.filter(|_| req.stdin).map(exec::stdin_writer);
     let mut ch = Channels::open(io).await;
     // Attached now: what the log holds already is history (`kubectl logs` shows it).
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
@@ -69,7 +96,10 @@ where
             },
             msg = ch.messages.next() => match msg {
                 None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break None,
-                // Input for a container without stdin: dropped.
+                Some(Ok(Message::Binary(data))) => exec::on_channel(data, &mut stdin, resize.as_ref(), tty).await,
+                Some(Ok(Message::Text(text))) => {
+                    exec::on_channel(Bytes::from(text), &mut stdin, resize.as_ref(), tty).await
+                }
                 Some(Ok(_)) => {}
             },
         }

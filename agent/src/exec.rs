@@ -113,7 +113,7 @@ impl ExecRequest {
     }
 }
 
-fn runtime_client() -> Result<runtime_api::Client, ExecError> {
+pub(crate) fn runtime_client() -> Result<runtime_api::Client, ExecError> {
     Ok(runtime_api::Client::connect(Path::new(runtime_api::SOCKET))?)
 }
 
@@ -367,14 +367,25 @@ async fn pump_output(fd: OwnedFd, channel: u8, out: mpsc::Sender<Message>) {
 }
 
 /// Stdin goes through a bounded channel to a writer thread: a process that does not read holds
-/// the client back instead of filling our memory. Dropping the sender closes stdin.
-fn stdin_writer(fd: OwnedFd) -> mpsc::Sender<Bytes> {
+/// the client back instead of filling our memory. Dropping the sender closes stdin. The
+/// descriptor may be non-blocking (a container's terminal, which the runtime also reads): a
+/// full buffer is waited out, not taken for an error.
+pub(crate) fn stdin_writer(fd: OwnedFd) -> mpsc::Sender<Bytes> {
     let (tx, mut rx) = mpsc::channel::<Bytes>(16);
     let mut file = std::fs::File::from(fd);
     std::thread::spawn(move || {
         while let Some(chunk) = rx.blocking_recv() {
-            if file.write_all(&chunk).is_err() {
-                return;
+            let mut rest = &chunk[..];
+            while !rest.is_empty() {
+                match file.write(rest) {
+                    Ok(0) => return,
+                    Ok(n) => rest = &rest[n..],
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
             }
         }
     });
@@ -442,7 +453,7 @@ where
 }
 
 /// One client message: stdin data, a terminal resize or the close of stdin.
-async fn on_channel(
+pub(crate) async fn on_channel(
     data: Bytes,
     stdin: &mut Option<mpsc::Sender<Bytes>>,
     resize_fd: Option<&OwnedFd>,

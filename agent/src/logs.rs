@@ -10,6 +10,26 @@ use std::time::{Duration, SystemTime};
 /// Where the runtime writes pod logs.
 pub const PODS_LOG_ROOT: &str = "/var/log/pods";
 
+/// Removes the log directories of pod `uid` under `root` (the kubelet removes a pod's logs
+/// with the pod); a missing one is fine.
+pub fn remove_pod_logs(root: &Path, uid: &str) -> std::io::Result<()> {
+    let suffix = format!("_{uid}");
+    let entries = match std::fs::read_dir(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().ends_with(&suffix) {
+            match std::fs::remove_dir_all(entry.path()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The options of one request (the kubelet's query parameters).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogOptions {

@@ -254,7 +254,7 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
     let on_upgrade = hyper::upgrade::on(&mut req);
     let session = async move {
         match on_upgrade.await {
-            Ok(up) if attaching => attach::serve(TokioIo::new(up), log, opts).await,
+            Ok(up) if attaching => attach::serve(TokioIo::new(up), id, log, opts).await,
             Ok(up) => exec::serve(TokioIo::new(up), id, opts).await,
             Err(e) => tracing::debug!(error = %e, "upgrade failed"),
         }

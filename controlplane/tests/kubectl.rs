@@ -735,6 +735,142 @@ fn logs_and_exec_need_a_node() {
     );
 }
 
+/// `kubectl debug` adds an ephemeral container through `pods/ephemeralcontainers` (a strategic
+/// merge patch); the subresource writes nothing else, refuses removals, changes and fields an
+/// ephemeral container may not set (upstream's texts), and creates cannot set them.
+#[test]
+fn debug_adds_ephemeral_containers() {
+    let s = start();
+    s.apply(&["create", "-f", "-"], POD);
+    s.ok(&[
+        "debug",
+        "solo",
+        "--image=busybox:1.36",
+        "--target=main",
+        "-c",
+        "dbg",
+        "--attach=false",
+        "--",
+        "sleep",
+        "1d",
+    ]);
+    let got = s.ok(&[
+        "get", "pod", "solo", "-o",
+        "jsonpath={.spec.ephemeralContainers[0].name} {.spec.ephemeralContainers[0].targetContainerName} {.spec.ephemeralContainers[0].imagePullPolicy} {.spec.ephemeralContainers[0].terminationMessagePath} {.spec.containers[0].name}",
+    ]);
+    assert_eq!(got, "dbg main IfNotPresent /dev/termination-log main");
+    let raw = s.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/solo/ephemeralcontainers",
+    ]);
+    assert!(
+        raw.contains(r#""name":"dbg""#) && raw.contains(r#""kind":"Pod""#),
+        "{raw}"
+    );
+    // A second one, then a duplicate name and a missing target.
+    s.ok(&[
+        "debug",
+        "solo",
+        "--image=busybox:1.36",
+        "-c",
+        "dbg2",
+        "--attach=false",
+        "--",
+        "true",
+    ]);
+    let (ok, _, err) = s.kubectl(&[
+        "debug",
+        "solo",
+        "--image=busybox:1.36",
+        "-c",
+        "main",
+        "--attach=false",
+    ]);
+    assert!(
+        !ok && err
+            .contains(r#"Pod "solo" is invalid: spec.ephemeralContainers[2].name: Duplicate value: "main""#),
+        "{err}"
+    );
+    let (ok, _, err) = s.kubectl(&[
+        "debug",
+        "solo",
+        "--image=busybox:1.36",
+        "-c",
+        "d3",
+        "--target=nope",
+        "--attach=false",
+    ]);
+    assert!(
+        !ok && err.contains(r#"spec.ephemeralContainers[2].targetContainerName: Not found: "nope""#),
+        "{err}"
+    );
+    // Ports are not for ephemeral containers; removing one is refused; the pod is unchanged.
+    let patch = r#"{"spec":{"ephemeralContainers":[{"name":"dbg","image":"busybox:1.36","targetContainerName":"main","command":["sleep","1d"],"ports":[{"containerPort":80}]}]}}"#;
+    let (ok, _, err) = s.kubectl(&[
+        "patch",
+        "pod",
+        "solo",
+        "--subresource=ephemeralcontainers",
+        "--type=merge",
+        "-p",
+        patch,
+    ]);
+    assert!(
+        !ok && err.contains("may not be removed") && err.contains("may not be changed"),
+        "{err}"
+    );
+    let (ok, _, err) = s.kubectl(&[
+        "patch", "pod", "solo", "--subresource=ephemeralcontainers", "--type=json", "-p",
+        r#"[{"op":"add","path":"/spec/ephemeralContainers/-","value":{"name":"p","image":"busybox","ports":[{"containerPort":80}]}}]"#,
+    ]);
+    assert!(
+        !ok && err.contains(
+            "spec.ephemeralContainers[2].ports: Forbidden: cannot be set for an Ephemeral Container"
+        ),
+        "{err}"
+    );
+    // The subresource changes nothing but the ephemeral containers; the pod itself cannot
+    // change them.
+    s.ok(&[
+        "patch",
+        "pod",
+        "solo",
+        "--subresource=ephemeralcontainers",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"sneaky":"yes"}}}"#,
+    ]);
+    s.ok(&[
+        "patch",
+        "pod",
+        "solo",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/ephemeralContainers"}]"#,
+    ]);
+    let got = s.ok(&[
+        "get",
+        "pod",
+        "solo",
+        "-o",
+        "jsonpath={.metadata.labels.sneaky}|{.spec.ephemeralContainers[*].name}",
+    ]);
+    assert_eq!(got, "|dbg dbg2");
+    // Creates cannot carry them.
+    let with = POD.replace("name: solo", "name: pre").replace(
+        "  containers:",
+        "  ephemeralContainers:\n  - name: e\n    image: busybox\n  containers:",
+    );
+    let (ok, _, err) = s.kubectl_stdin(&["create", "-f", "-"], Some(&with));
+    assert!(
+        !ok && err.contains(
+            r#"Pod "pre" is invalid: spec.ephemeralContainers: Forbidden: cannot be set on create"#
+        ),
+        "{err}"
+    );
+}
+
 /// `kubectl drain` evicts through pods/eviction; a PodDisruptionBudget (created with
 /// `kubectl create pdb`, a protobuf body) that allows no disruption holds it back with the 429
 /// kubectl retries on.

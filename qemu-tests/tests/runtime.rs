@@ -24,6 +24,7 @@ const CASES: &[&str] = &[
     "stop_grace",
     "filesystem",
     "exec",
+    "attach_input",
     "log_rotation",
     "sandbox_lost",
     "readopt",

@@ -13,6 +13,13 @@ use crate::protocol::{Reply, Request, recv_some, send_line};
 use crate::sandbox::{SandboxConfig, SandboxStatus};
 use crate::stats::{ContainerStats, PodStats};
 
+/// What `attach` gives: the container's input, if any, and whether it is a terminal.
+#[derive(Debug)]
+pub struct Attached {
+    pub tty: bool,
+    pub input: Option<OwnedFd>,
+}
+
 /// Why a call failed: the runtime's own errors by kind (their message as the runtime wrote it),
 /// and failures to reach or understand the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -252,6 +259,21 @@ impl Client {
             Reply::PortForward => self.fds.pop().ok_or_else(|| {
                 ClientError::Internal("the runtime's port-forward reply carried no socket".into())
             }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Container `id`'s input, if it has one to give (see [`Request::Attach`]), and whether it
+    /// runs on a terminal.
+    pub fn attach(&mut self, id: &str) -> Result<Attached, ClientError> {
+        match self.call(&Request::Attach { id: id.into() })? {
+            Reply::Attach { tty, input: false } => Ok(Attached { tty, input: None }),
+            Reply::Attach { tty, input: true } => {
+                let fd = self.fds.pop().ok_or_else(|| {
+                    ClientError::Internal("the runtime's attach reply carried no descriptor".into())
+                })?;
+                Ok(Attached { tty, input: Some(fd) })
+            }
             r => Err(unexpected(r)),
         }
     }

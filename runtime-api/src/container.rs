@@ -106,6 +106,22 @@ pub struct ContainerConfig {
     pub log_max_size: Option<u64>,
     #[serde(default)]
     pub log_max_files: Option<usize>,
+    /// `stdin: true`: the process reads a pipe (or its terminal) that `Attach` hands out;
+    /// otherwise its stdin is /dev/null.
+    #[serde(default)]
+    pub stdin: bool,
+    /// `stdinOnce: true`: the first `Attach` takes the container's stdin away; when that client
+    /// closes it, the process reads EOF, and later attaches get no stdin.
+    #[serde(default)]
+    pub stdin_once: bool,
+    /// `tty: true`: the process runs on a pseudo-terminal (its controlling terminal, made in the
+    /// container's own devpts); what it writes there goes to the log as stdout.
+    #[serde(default)]
+    pub tty: bool,
+    /// Runs in the pid namespace of this other container of the sandbox (an ephemeral
+    /// container's `targetContainerName`), not in its own or the sandbox's.
+    #[serde(default)]
+    pub target_container_id: Option<String>,
 }
 
 /// What a container is doing.

@@ -20,7 +20,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use client::{Client, ClientError};
+pub use client::{Attached, Client, ClientError};
 pub use container::{
     ContainerConfig, ContainerStatus, ExecSyncResult, Mount, Resources, SeccompProfile, State,
 };

@@ -118,6 +118,11 @@ pub enum Request {
         sandbox_id: String,
         port: u16,
     },
+    /// The running container's input (CRI's `Attach`): replies `Attach`, with the write end of
+    /// its stdin pipe or its terminal's master attached (SCM_RIGHTS) when it has one to give.
+    Attach {
+        id: String,
+    },
 }
 
 /// Replies.
@@ -170,6 +175,13 @@ pub enum Reply {
     },
     /// The socket travels with the reply (SCM_RIGHTS).
     PortForward,
+    /// `input`: a descriptor travels with the reply (the terminal's master when `tty`, else the
+    /// stdin pipe's write end); false when the container has no stdin, or a `stdinOnce`
+    /// container's was taken already.
+    Attach {
+        tty: bool,
+        input: bool,
+    },
 }
 
 impl From<ReplyError> for Reply {

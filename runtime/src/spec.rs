@@ -295,6 +295,9 @@ pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
 pub struct SandboxPaths {
     pub pause_pid: i32,
     pub share_pid: bool,
+    /// A process whose pid namespace the container joins (an ephemeral container's target),
+    /// whatever `share_pid` says.
+    pub target_pid: Option<i32>,
     pub hosts: String,
     pub hostname: String,
     pub resolv_conf: String,
@@ -377,7 +380,9 @@ pub fn container(
     }
     let ns = |kind: &str| json!({"type": kind, "path": format!("/proc/{}/ns/{kind}", sb.pause_pid)});
     let net = json!({"type": "network", "path": format!("/proc/{}/ns/net", sb.pause_pid)});
-    let pid = if sb.share_pid {
+    let pid = if let Some(target) = sb.target_pid {
+        json!({"type": "pid", "path": format!("/proc/{target}/ns/pid")})
+    } else if sb.share_pid {
         ns("pid")
     } else {
         json!({"type": "pid"})
@@ -418,7 +423,7 @@ pub fn container(
     json!({
         "ociVersion": "1.0.2",
         "process": {
-            "terminal": false,
+            "terminal": cfg.tty,
             "user": {"uid": user.0, "gid": user.1, "additionalGids": cfg.supplemental_groups},
             "args": process_args(cfg, image),
             "env": environment(cfg, image),
@@ -485,6 +490,7 @@ mod tests {
         SandboxPaths {
             pause_pid: 42,
             share_pid: false,
+            target_pid: None,
             hosts: "/h".into(),
             hostname: "/n".into(),
             resolv_conf: "/r".into(),

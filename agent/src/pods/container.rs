@@ -36,6 +36,10 @@ pub enum StartError {
     /// A volume mount the container asks for cannot be made.
     #[error(transparent)]
     Mount(#[from] VolumeError),
+    /// An ephemeral container's `targetContainerName` does not run (its process namespace
+    /// cannot be joined).
+    #[error("target container \"{name}\" is not running")]
+    TargetNotRunning { name: String },
 }
 
 impl StartError {
@@ -48,7 +52,9 @@ impl StartError {
             StartError::RuntimeUnavailable(_) => "RuntimeUnavailable",
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::StartContainer(_) => "RunContainerError",
-            StartError::Config(_) | StartError::Mount(_) => "CreateContainerConfigError",
+            StartError::Config(_) | StartError::Mount(_) | StartError::TargetNotRunning { .. } => {
+                "CreateContainerConfigError"
+            }
         }
     }
 }
@@ -138,7 +144,10 @@ pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
     );
     let spec = pod.spec.as_ref();
     SandboxConfig {
-        log_directory: Some(PathBuf::from(format!("/var/log/pods/{ns}_{name}_{uid}"))),
+        log_directory: Some(PathBuf::from(format!(
+            "{}/{ns}_{name}_{uid}",
+            crate::logs::PODS_LOG_ROOT
+        ))),
         hostname: spec.and_then(|s| s.hostname.clone()),
         share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
         name,
@@ -194,6 +203,9 @@ pub fn container_config(
         seccomp: seccomp_profile(sc, psc),
         privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
         log_path: Some(format!("{}/{restarts}.log", c.name)),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
         ..ContainerConfig::default()
     }
 }

@@ -45,14 +45,24 @@ impl Event {
     }
 }
 
-/// `spec.containers{main}` or `spec.initContainers{init}`.
+/// `spec.containers{main}`, `spec.initContainers{init}` or `spec.ephemeralContainers{debug}`.
 fn field_path(pod: &Pod, container: &str) -> String {
     let init = pod
         .spec
         .iter()
         .flat_map(|s| s.init_containers.iter().flatten())
         .any(|c| c.name == container);
-    let list = if init { "initContainers" } else { "containers" };
+    let ephemeral = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| super::plan::is_ephemeral(s, container));
+    let list = if init {
+        "initContainers"
+    } else if ephemeral {
+        "ephemeralContainers"
+    } else {
+        "containers"
+    };
     format!("spec.{list}{{{container}}}")
 }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
 
 use super::backoff::Backoff;
 use super::eviction::PodFailure;
@@ -167,6 +167,44 @@ pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
+/// Whether `name` is one of the pod's ephemeral containers (`kubectl debug`): started once,
+/// never restarted, never counted for readiness or phase.
+pub fn is_ephemeral(spec: &PodSpec, name: &str) -> bool {
+    spec.ephemeral_containers.iter().flatten().any(|e| e.name == name)
+}
+
+/// An ephemeral container as the container it runs as (the fields are the same; its target is
+/// the runtime's business, see the worker).
+pub fn ephemeral_as_container(e: &EphemeralContainer) -> Container {
+    let e = e.clone();
+    Container {
+        args: e.args,
+        command: e.command,
+        env: e.env,
+        env_from: e.env_from,
+        image: e.image,
+        image_pull_policy: e.image_pull_policy,
+        lifecycle: e.lifecycle,
+        liveness_probe: e.liveness_probe,
+        name: e.name,
+        ports: e.ports,
+        readiness_probe: e.readiness_probe,
+        resize_policy: e.resize_policy,
+        resources: e.resources,
+        restart_policy: e.restart_policy,
+        security_context: e.security_context,
+        startup_probe: e.startup_probe,
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        termination_message_path: e.termination_message_path,
+        termination_message_policy: e.termination_message_policy,
+        tty: e.tty,
+        volume_devices: e.volume_devices,
+        volume_mounts: e.volume_mounts,
+        working_dir: e.working_dir,
+    }
+}
+
 /// Whether a main container that exited with `exit_code` is started again.
 pub fn restarts_after(policy: &str, exit_code: i32) -> bool {
     policy == "Always" || (policy == "OnFailure" && exit_code != 0)
@@ -215,6 +253,14 @@ pub fn plan(spec: &PodSpec, obs: &Observed, now: SystemTime) -> Plan {
                 changed: lost.is_some(),
             });
             return plan;
+        }
+    }
+    // Ephemeral containers start once the sandbox runs, initialized or not, and never again
+    // once they ran (the kubelet's computePodActions).
+    for e in spec.ephemeral_containers.iter().flatten() {
+        let seen = obs.containers.get(&e.name);
+        if matches!(seen.and_then(Ctr::run), None | Some(Run::Created)) {
+            start(&mut plan, &e.name, seen, now);
         }
     }
     let mains_started = spec
@@ -345,6 +391,26 @@ pub(super) mod tests {
             containers: ctrs.iter().map(|(n, c)| (n.to_string(), c.clone())).collect(),
             failed: None,
         }
+    }
+
+    /// `spec` with an ephemeral container `dbg` (as `kubectl debug` adds it).
+    fn debugged(mut spec: PodSpec) -> PodSpec {
+        spec.ephemeral_containers = Some(vec![EphemeralContainer {
+            name: "dbg".into(),
+            image: Some("busybox".into()),
+            target_container_name: Some("main".into()),
+            ..EphemeralContainer::default()
+        }]);
+        spec
+    }
+
+    #[test]
+    fn ephemeral_containers_are_known_and_run_as_containers() {
+        let spec = debugged(spec("Always", &[], &["main"]));
+        assert!(is_ephemeral(&spec, "dbg") && !is_ephemeral(&spec, "main"));
+        let e = &spec.ephemeral_containers.as_deref().unwrap_or_default()[0];
+        let c = ephemeral_as_container(e);
+        assert_eq!((c.name.as_str(), c.image.as_deref()), ("dbg", Some("busybox")));
     }
 
     fn starts(names: &[&str]) -> Vec<Step> {
@@ -520,7 +586,7 @@ pub(super) mod tests {
             (
                 "a failed pull is retried after its back-off",
                 spec("Always", &[], &["main"]),
-                observed(sandbox(true), &[("main", failed_pull)]),
+                observed(sandbox(true), &[("main", failed_pull.clone())]),
                 vec![],
                 Some(115),
             ),
@@ -547,6 +613,30 @@ pub(super) mod tests {
                 observed(lost, &[("main", exited(0, 100))]),
                 vec![],
                 None,
+            ),
+            (
+                "an ephemeral container starts even while the pod initializes",
+                debugged(spec("Always", &init, &["main"])),
+                observed(sandbox(true), &[("init-a", running())]),
+                starts(&["dbg"]),
+                None,
+            ),
+            (
+                "it is not started again while it runs, nor after it exited, whatever the policy",
+                debugged(spec("Always", &[], &["main"])),
+                observed(sandbox(true), &[("main", running()), ("dbg", exited(1, 100))]),
+                vec![],
+                None,
+            ),
+            (
+                "a failed start of one is retried after its back-off",
+                debugged(spec("Always", &[], &["main"])),
+                observed(
+                    sandbox(true),
+                    &[("main", running()), ("dbg", failed_pull.clone())],
+                ),
+                vec![],
+                Some(115),
             ),
         ];
         for (what, spec, obs, steps, wake) in table {

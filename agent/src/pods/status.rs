@@ -81,26 +81,32 @@ fn waiting(reason: &str, message: Option<String>) -> ContainerState {
 
 /// One container's status. `default_reason` is the waiting reason before its first start
 /// (`ContainerCreating`, or `PodInitializing` in a pod with init containers).
+/// Which list of the pod's spec a container is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    Init,
+    Main,
+    Ephemeral,
+}
+
 fn container_status(
     pod: &Pod,
     c: &Container,
     seen: Option<&Ctr>,
-    init: bool,
+    list: List,
     default_reason: &str,
     now: SystemTime,
 ) -> ContainerStatus {
     let policy = pod.spec.as_ref().map_or("Always", restart_policy);
-    let sidecar = init && is_sidecar(c);
+    let sidecar = list == List::Init && is_sidecar(c);
     // Whether the container is started again after exiting with `code`: a sidecar always, a
-    // regular init container after a failure unless the pod never restarts.
-    let restarts = |code: i32| {
-        if sidecar {
-            true
-        } else if init {
-            code != 0 && policy != "Never"
-        } else {
-            restarts_after(policy, code)
-        }
+    // regular init container after a failure unless the pod never restarts, an ephemeral
+    // container never.
+    let restarts = |code: i32| match list {
+        _ if sidecar => true,
+        List::Init => code != 0 && policy != "Never",
+        List::Main => restarts_after(policy, code),
+        List::Ephemeral => false,
     };
     let current = seen.and_then(|s| s.current.as_ref());
     let mut last = seen.and_then(|s| s.last.as_ref()).map(terminated);
@@ -158,6 +164,8 @@ fn container_status(
         }
     };
     let started = seen.is_some_and(|s| s.started_and_ready(c).0);
+    // Ephemeral containers have no readiness (the kubelet reports them not ready).
+    let ready = ready && list != List::Ephemeral;
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
@@ -274,14 +282,16 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
     } else {
         "PodInitializing"
     };
-    let init: Vec<ContainerStatus> = spec_init
+    let status_of = |c: &Container, list| {
+        container_status(pod, c, obs.containers.get(&c.name), list, default_reason, now)
+    };
+    let init: Vec<ContainerStatus> = spec_init.iter().map(|c| status_of(c, List::Init)).collect();
+    let main: Vec<ContainerStatus> = spec.containers.iter().map(|c| status_of(c, List::Main)).collect();
+    let ephemeral: Vec<ContainerStatus> = spec
+        .ephemeral_containers
         .iter()
-        .map(|c| container_status(pod, c, obs.containers.get(&c.name), true, default_reason, now))
-        .collect();
-    let main: Vec<ContainerStatus> = spec
-        .containers
-        .iter()
-        .map(|c| container_status(pod, c, obs.containers.get(&c.name), false, default_reason, now))
+        .flatten()
+        .map(|e| status_of(&super::plan::ephemeral_as_container(e), List::Ephemeral))
         .collect();
 
     // Terminal phases stay (NODE-12: a terminal pod never runs again). A pod the node failed
@@ -423,6 +433,7 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
     status.conditions = Some(conditions);
     status.init_container_statuses = (!init.is_empty()).then_some(init);
     status.container_statuses = Some(main);
+    status.ephemeral_container_statuses = (!ephemeral.is_empty()).then_some(ephemeral);
     if status.start_time.is_none() {
         status.start_time = Some(time(now));
     }
@@ -595,6 +606,57 @@ mod tests {
         for (what, spec, obs, want) in table {
             let s = pod_status(&pod(spec), &obs, Some("10.0.2.15"), at(110));
             assert_eq!(summary(&s), want, "{what}");
+        }
+    }
+
+    /// Ephemeral containers get statuses of their own, are never ready, never restarted
+    /// (no CrashLoopBackOff whatever the policy), and change neither phase nor readiness.
+    #[test]
+    fn ephemeral_containers_have_statuses_of_their_own() {
+        let mut s = spec("Always", &[], &["main"]);
+        s.ephemeral_containers = Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "dbg".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }]);
+        let p = pod(s);
+        let ephemeral = |st: &PodStatus| -> Vec<String> {
+            st.ephemeral_container_statuses
+                .iter()
+                .flatten()
+                .map(|c| {
+                    let state = c.state.as_ref().expect("state");
+                    let what = match (&state.waiting, &state.running, &state.terminated) {
+                        (Some(w), _, _) => format!("waiting-{}", w.reason.as_deref().unwrap_or_default()),
+                        (_, Some(_), _) => "running".into(),
+                        (_, _, Some(t)) => format!("terminated-{}", t.exit_code),
+                        _ => "none".into(),
+                    };
+                    format!("{}:{what}:{}:{}", c.name, c.ready, c.restart_count)
+                })
+                .collect()
+        };
+        let table = [
+            (
+                observed(sandbox(true), &[("main", running())]),
+                "dbg:waiting-ContainerCreating:false:0",
+            ),
+            (
+                observed(sandbox(true), &[("main", running()), ("dbg", running())]),
+                "dbg:running:false:0",
+            ),
+            (
+                observed(sandbox(true), &[("main", running()), ("dbg", exited(1, 100))]),
+                "dbg:terminated-1:false:0",
+            ),
+        ];
+        for (obs, want) in table {
+            let st = pod_status(&p, &obs, None, at(110));
+            assert_eq!(ephemeral(&st).join(" "), want);
+            assert_eq!(
+                summary(&st),
+                "Running | PodReadyToStartContainers=True Initialized=True Ready=True ContainersReady=True |  | main:running:0"
+            );
         }
     }
 

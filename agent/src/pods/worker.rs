@@ -150,13 +150,35 @@ fn pod_grace(pod: &Pod) -> u64 {
         .map_or(30, |g| u64::try_from(g).unwrap_or(0))
 }
 
-fn spec_container<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
+/// Container `name` of the pod's spec: an init, main or ephemeral container.
+fn spec_container(pod: &Pod, name: &str) -> Option<Container> {
     let spec = pod.spec.as_ref()?;
     spec.init_containers
         .iter()
         .flatten()
         .chain(&spec.containers)
         .find(|c| c.name == name)
+        .cloned()
+        .or_else(|| {
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .map(plan::ephemeral_as_container)
+        })
+}
+
+/// The container an ephemeral container `name` shares its process namespace with, if any.
+fn ephemeral_target(pod: &Pod, name: &str) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)?
+        .target_container_name
+        .clone()
+        .filter(|t| !t.is_empty())
 }
 
 fn all_statuses(status: Option<&PodStatus>) -> impl Iterator<Item = &ApiContainerStatus> {
@@ -165,6 +187,7 @@ fn all_statuses(status: Option<&PodStatus>) -> impl Iterator<Item = &ApiContaine
             .iter()
             .flatten()
             .chain(s.container_statuses.iter().flatten())
+            .chain(s.ephemeral_container_statuses.iter().flatten())
     })
 }
 
@@ -323,7 +346,7 @@ impl Worker {
                     wake = plan::earliest(wake, at);
                 }
             }
-            let (probed, next_probe) = self.probe(pod).await;
+            let (probed, next_probe) = self.probe(pod, &Kind::ALL).await;
             if let Some(at) = next_probe {
                 wake = plan::earliest(wake, at);
             }
@@ -616,7 +639,7 @@ impl Worker {
 
     /// Pulls, creates and starts container `name` in the sandbox (a restart when it ran before).
     async fn start(&mut self, pod: &Pod, name: &str) -> Option<SystemTime> {
-        let spec = spec_container(pod, name)?.clone();
+        let spec = spec_container(pod, name)?;
         let sandbox = self.obs.sandbox.clone()?;
         let now = SystemTime::now();
         let c = self.obs.containers.entry(name.to_string()).or_default();
@@ -637,6 +660,19 @@ impl Worker {
             return c.start_backoff.retry_at();
         }
         let dirs = self.volumes.clone().unwrap_or_default();
+        // An ephemeral container with a target joins the target's running instance's pid
+        // namespace.
+        let target = match ephemeral_target(pod, name) {
+            None => Ok(None),
+            Some(t) => self
+                .obs
+                .containers
+                .get(&t)
+                .and_then(|c| c.current.as_ref())
+                .filter(|i| matches!(i.run, Run::Running { .. }))
+                .map(|i| Some(i.id.clone()))
+                .ok_or(StartError::TargetNotRunning { name: t }),
+        };
         let cfg = self
             .sources(pod, &spec)
             .await
@@ -645,6 +681,7 @@ impl Worker {
             .and_then(|env| {
                 let mut cfg = container::container_config(pod, &spec, restarts, &node, &env);
                 cfg.mounts = volumes::mounts(&spec, &dirs)?;
+                cfg.target_container_id = target?;
                 Ok(cfg)
             });
         let result = blocking(move || {
@@ -699,7 +736,7 @@ impl Worker {
     /// Runs the container's postStart hook, if any (NODE-26); a failure kills the container,
     /// which then restarts per policy.
     async fn post_start(&mut self, pod: &Pod, name: &str) {
-        let Some(spec) = spec_container(pod, name).cloned() else {
+        let Some(spec) = spec_container(pod, name) else {
             return;
         };
         let Some(h) = Hook::PostStart.of(&spec) else {
@@ -723,22 +760,22 @@ impl Worker {
             let ev = Event::warning(Hook::PostStart.failed_reason(), name, e.to_string());
             events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
             let kill = vec![(name.to_string(), id, "FailedPostStartHook".to_string())];
-            self.stop_with(pod, kill, grace).await;
+            self.stop_with(pod, kill, grace, false).await;
         }
     }
 
-    /// Runs the probes that are due (NODE-22..NODE-25); a failed liveness or startup probe
-    /// stops the container (it restarts per policy). Returns whether a conclusion changed and
-    /// when the next probe is due.
-    async fn probe(&mut self, pod: &Pod) -> (bool, Option<SystemTime>) {
+    /// Runs the probes of `kinds` that are due (NODE-22..NODE-25); a failed liveness or startup
+    /// probe stops the container (it restarts per policy). Returns whether a conclusion changed
+    /// and when the next probe is due.
+    async fn probe(&mut self, pod: &Pod, kinds: &[Kind]) -> (bool, Option<SystemTime>) {
         let (mut changed, mut next) = (false, None::<SystemTime>);
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         let names: Vec<String> = self.obs.containers.keys().cloned().collect();
         for name in names {
-            let Some(spec) = spec_container(pod, &name).cloned() else {
+            let Some(spec) = spec_container(pod, &name) else {
                 continue;
             };
-            for kind in Kind::ALL {
+            for &kind in kinds {
                 let Some(p) = kind.of(&spec).cloned() else {
                     continue;
                 };
@@ -794,7 +831,7 @@ impl Worker {
                         "Container {name} failed {} probe, will be restarted",
                         kind.word().to_lowercase()
                     );
-                    self.stop_with(pod, vec![(name.clone(), id, message)], grace)
+                    self.stop_with(pod, vec![(name.clone(), id, message)], grace, false)
                         .await;
                     break;
                 }
@@ -1025,8 +1062,9 @@ impl Worker {
             };
             if c.backoff.restart_at(t.finished) > now && self.announced.insert(id.clone()) {
                 let policy = pod.spec.as_ref().map_or("Always", plan::restart_policy);
-                let sidecar = spec_container(pod, name).is_some_and(plan::is_sidecar);
-                if sidecar || plan::restarts_after(policy, t.exit_code) {
+                let sidecar = spec_container(pod, name).is_some_and(|c| plan::is_sidecar(&c));
+                let ephemeral = pod.spec.as_ref().is_some_and(|s| plan::is_ephemeral(s, name));
+                if !ephemeral && (sidecar || plan::restarts_after(policy, t.exit_code)) {
                     evs.push(Event::warning(
                         "BackOff",
                         name,
@@ -1087,12 +1125,20 @@ impl Worker {
                 (name, id, message)
             })
             .collect();
-        self.stop_with(pod, stops, grace).await;
+        self.stop_with(pod, stops, grace, true).await;
     }
 
     /// Stops containers (name, id, `Killing` message) in parallel: each runs its preStop hook
     /// inside the grace period, then gets what is left of it, at least 2 s (NODE-27, NODE-31).
-    async fn stop_with(&mut self, pod: &Pod, containers: Vec<(String, String, String)>, grace: u64) {
+    /// While the pod terminates (`terminating`), readiness probes keep running until the
+    /// containers have stopped, and the status follows them (NODE-25).
+    async fn stop_with(
+        &mut self,
+        pod: &Pod,
+        containers: Vec<(String, String, String)>,
+        grace: u64,
+        terminating: bool,
+    ) {
         let evs = containers
             .iter()
             .map(|(n, _, message)| Event::normal("Killing", n, message.clone()))
@@ -1101,7 +1147,7 @@ impl Worker {
         let deadline = Instant::now() + Duration::from_secs(grace);
         let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
         let stops = containers.into_iter().map(|(name, id, _)| {
-            let spec = spec_container(pod, &name).cloned();
+            let spec = spec_container(pod, &name);
             let pod_ip = pod_ip.clone();
             async move {
                 let mut failed = None;
@@ -1123,8 +1169,14 @@ impl Worker {
                 (name, r, failed)
             }
         });
+        let all = futures_util::future::join_all(stops);
+        let results = if terminating {
+            self.probing_readiness(pod, all).await
+        } else {
+            all.await
+        };
         let mut evs = Vec::new();
-        for (name, r, failed) in futures_util::future::join_all(stops).await {
+        for (name, r, failed) in results {
             if let Some(msg) = failed {
                 evs.push(Event::warning(Hook::PreStop.failed_reason(), &name, msg));
             }
@@ -1132,6 +1184,32 @@ impl Worker {
         }
         if !evs.is_empty() {
             events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        }
+    }
+
+    /// Waits for `work` while running the readiness probes that fall due (liveness and startup
+    /// are off during termination, NODE-25), writing the status when a conclusion changes.
+    async fn probing_readiness<F: std::future::Future>(&mut self, pod: &Pod, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let round = async {
+                // Boxed: a probe may stop a container, which may probe (never with readiness
+                // alone, but the types recurse all the same).
+                let (changed, next) = Box::pin(self.probe(pod, &[Kind::Readiness])).await;
+                if changed {
+                    let node_ip = self.ctx.node.node_ip.clone();
+                    let st = status::pod_status(pod, &self.obs, node_ip.as_deref(), SystemTime::now());
+                    self.write_status(pod, st).await;
+                }
+                let wait = next
+                    .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                    .unwrap_or(Duration::from_secs(1));
+                tokio::time::sleep(wait).await;
+            };
+            tokio::select! {
+                out = &mut work => return out,
+                () = round => {}
+            }
         }
     }
 
@@ -1190,6 +1268,11 @@ impl Worker {
         }
         self.volumes = None;
         self.volumes_at = None;
+        if let Err(e) =
+            crate::logs::remove_pod_logs(std::path::Path::new(crate::logs::PODS_LOG_ROOT), &self.uid)
+        {
+            tracing::warn!(error = %e, "removing the pod's logs failed");
+        }
     }
 
     /// The final delete: grace 0 with a UID precondition (NODE-31 step 6).

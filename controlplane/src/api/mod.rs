@@ -473,6 +473,9 @@ impl Api {
             (Method::GET, false, None) if query.flag("watch") => self.watch(&t, &query, want, format).await,
             (Method::GET, false, None) => self.list(&t, &query, want, format).await,
             (Method::GET, true, None | Some("status")) => self.get(&t, want).await.map(|v| answer(200, &v)),
+            (Method::GET, true, Some(EPHEMERAL)) if is_pods(&t) => {
+                self.get(&t, want).await.map(|v| answer(200, &v))
+            }
             (Method::GET, true, Some("scale")) => self.get_scale(&t).await.map(|v| answer(200, &v)),
             (Method::GET, true, Some("log")) if t.res.kind == "Pod" && t.res.group.is_empty() => {
                 self.pod_log(&t, &query).await
@@ -499,6 +502,10 @@ impl Api {
                 let obj = parse_object_body(&ct, &body)?;
                 self.bind(&t, obj).await.map(|v| answer(201, &v))
             }
+            (Method::PUT, true, Some(EPHEMERAL)) if is_pods(&t) => {
+                let obj = parse_object_body(&ct, &body)?;
+                self.update(&t, obj, &query).await.map(|v| answer(200, &v))
+            }
             (Method::PUT, true, None | Some("status") | Some("finalize")) => {
                 let obj = parse_object_body(&ct, &body)?;
                 self.update(&t, obj, &query).await.map(|v| answer(200, &v))
@@ -513,6 +520,10 @@ impl Api {
                 .patch_scale(&t, &ct, &body, &query)
                 .await
                 .map(|v| answer(200, &v)),
+            (Method::PATCH, true, Some(EPHEMERAL)) if is_pods(&t) => {
+                let (code, v) = self.patch(&t, &ct, &body, &query).await?;
+                Ok(answer(code, &v))
+            }
             (Method::PATCH, true, None | Some("status")) => {
                 if ct.starts_with("application/apply-patch") && !explicit_manager {
                     return Err(ApiError {
@@ -542,6 +553,13 @@ impl Api {
             ))),
         }
     }
+}
+
+/// `pods/ephemeralcontainers`: the pod, of which only `spec.ephemeralContainers` is written.
+const EPHEMERAL: &str = "ephemeralcontainers";
+
+fn is_pods(t: &Target) -> bool {
+    t.res.group.is_empty() && t.res.plural == "pods"
 }
 
 /// The Kubernetes verb of a request without a resource target (discovery, OpenAPI, health).

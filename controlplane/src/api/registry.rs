@@ -227,6 +227,13 @@ pub static RESOURCES: &[Resource] = &[
                 kind: "PodPortForwardOptions",
                 verbs: &["create", "get"]
             },
+            Subresource {
+                name: "ephemeralcontainers",
+                group: "",
+                version: "v1",
+                kind: "Pod",
+                verbs: STATUS_VERBS
+            },
         ]
     ),
     res!(

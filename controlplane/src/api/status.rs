@@ -109,6 +109,36 @@ impl ApiError {
         }))
     }
 
+    /// 422 with every field error, as upstream aggregates them: `<Kind> "<name>" is invalid:
+    /// <field>: <error>` for one, `... is invalid: [<field>: <error>, ...]` for several.
+    /// Each message starts with its type (`Forbidden: `, `Not found: `, ...).
+    pub fn invalid_fields(res: &Resource, name: &str, errors: &[(String, String)]) -> Self {
+        let each: Vec<String> = errors.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let all = match each.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let reason = |m: &str| match m.split(':').next().unwrap_or_default() {
+            "Forbidden" => "FieldValueForbidden",
+            "Not found" => "FieldValueNotFound",
+            "Duplicate value" => "FieldValueDuplicate",
+            "Required value" => "FieldValueRequired",
+            _ => "FieldValueInvalid",
+        };
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|(f, m)| json!({"reason": reason(m), "message": m, "field": f}))
+            .collect();
+        Self::new(
+            422,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {all}", res.kind),
+        )
+        .with_details(json!({
+            "name": name, "group": res.group, "kind": res.kind, "causes": causes
+        }))
+    }
+
     /// 403 from admission, worded as upstream's `NewForbidden`: `<resource> "<name>" is
     /// forbidden: <why>` (without the name when it is empty).
     pub fn forbidden(resource: &str, name: &str, why: &str) -> Self {

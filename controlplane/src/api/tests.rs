@@ -967,6 +967,22 @@ async fn pods_on_nodes_are_deleted_gracefully() {
         )
         .await;
     assert_eq!(t["rows"][0]["cells"][2], "Terminating");
+    // Its node writes status while the containers stop: the pod stays (upstream's
+    // shouldDeleteDuringUpdate: no finalizers, but a grace period still running).
+    let (code, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{PODS}/bound/status"),
+            "application/merge-patch+json",
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"False"}]}}"#,
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (code, kept) = f.get(&format!("{PODS}/bound")).await;
+    assert_eq!(
+        (code, &kept["status"]["conditions"][0]["status"]),
+        (200, &json!("False"))
+    );
     // The node (or --force) finishes it with grace 0.
     let (code, _) = f
         .call(

@@ -1179,6 +1179,103 @@ fn exec(s: &mut Suite) -> R {
     s.remove_pod(&sb)
 }
 
+/// `Attach`: a `stdinOnce` container's stdin pipe goes to the first client only and its close is
+/// the container's EOF; a terminal container's master takes input and window sizes, and the
+/// process has it as its controlling terminal; a container joins a target's pid namespace.
+fn attach_input(s: &mut Suite) -> R {
+    let sb = s.sandbox("attach", PodResources::default(), false)?;
+    let image = s.image("busybox:1");
+    let piped = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "piped".into(),
+            image: image.clone(),
+            command: vec!["sh".into(), "-c".into(), "cat; echo eof".into()],
+            stdin: true,
+            stdin_once: true,
+            ..Default::default()
+        },
+    )?;
+    let first = s.client.attach(&piped.id).map_err(e("attach"))?;
+    let second = s.client.attach(&piped.id).map_err(e("attach again"))?;
+    ensure(
+        !first.tty && first.input.is_some() && second.input.is_none(),
+        || format!("stdinOnce: {first:?} then {second:?}"),
+    )?;
+    let input = first.input.ok_or("no input")?;
+    nix::unistd::write(&input, b"hello\n").map_err(e("write"))?;
+    drop(input);
+    let st = s.wait_exit(&piped.id, Duration::from_secs(30))?;
+    let text = log_text(&st.log_path.clone().ok_or("log")?)?;
+    ensure(text == "hello\neof\n", || format!("stdin pipe: {text:?}"))?;
+    let over = s.client.attach(&piped.id);
+    ensure(
+        over.as_ref().is_err_and(|x| x.kind() == ErrorKind::Conflict),
+        || format!("attach to an exited container: {over:?}"),
+    )?;
+
+    let term = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "term".into(),
+            image: image.clone(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "read l; echo got-$l; tty; stty size; awk '{print ($7 != 0 && $8 != -1) ? \"ctty\" : \"none\"}' /proc/1/stat".into(),
+            ],
+            stdin: true,
+            tty: true,
+            ..Default::default()
+        },
+    )?;
+    let a = s.client.attach(&term.id).map_err(e("attach tty"))?;
+    let master = a.input.ok_or("no terminal")?;
+    ensure(a.tty, || "not a terminal".into())?;
+    runtime_api::pty::set_window_size(master.as_fd(), 100, 40).map_err(e("TIOCSWINSZ"))?;
+    nix::unistd::write(&master, b"abc\n").map_err(e("write tty"))?;
+    let st = s.wait_exit(&term.id, Duration::from_secs(30))?;
+    let text = log_text(&st.log_path.clone().ok_or("log")?)?.replace('\r', "");
+    // The terminal echoes the input, and it is the process's controlling terminal (a tty
+    // number and a foreground process group in /proc/1/stat).
+    ensure(text.contains("abc\ngot-abc\n/dev/pts/0\n40 100\nctty\n"), || {
+        format!("terminal: {text:?}")
+    })?;
+
+    let target = s.container(&sb, "target", "exec sleep 1001", Resources::default())?;
+    let peek = s.container_with(
+        &sb,
+        ContainerConfig {
+            name: "peek".into(),
+            image,
+            command: vec!["ps".into(), "-o".into(), "pid,args".into()],
+            target_container_id: Some(target.id.clone()),
+            ..Default::default()
+        },
+    )?;
+    let st = s.wait_exit(&peek.id, Duration::from_secs(30))?;
+    let text = log_text(&st.log_path.clone().ok_or("log")?)?;
+    ensure(text.contains("    1 sleep 1001"), || {
+        format!("target pid namespace: {text:?}")
+    })?;
+    let other = s.sandbox("attach-other", PodResources::default(), false)?;
+    let bad = s.client.create_container(
+        &other.id,
+        ContainerConfig {
+            name: "peek".into(),
+            image: s.image("busybox:1"),
+            target_container_id: Some(target.id.clone()),
+            ..Default::default()
+        },
+    );
+    ensure(
+        bad.as_ref().is_err_and(|x| x.kind() == ErrorKind::Invalid),
+        || format!("a target in another sandbox: {bad:?}"),
+    )?;
+    s.remove_pod(&other)?;
+    s.remove_pod(&sb)
+}
+
 fn log_rotation(s: &mut Suite) -> R {
     let sb = s.sandbox("logs", PodResources::default(), false)?;
     let c = s.container_with(
@@ -1444,6 +1541,7 @@ fn main() {
         ("filesystem", filesystem),
         ("images", images),
         ("exec", exec),
+        ("attach_input", attach_input),
         ("exec_sync", exec_sync),
         ("stats", stats),
         ("log_rotation", log_rotation),

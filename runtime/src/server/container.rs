@@ -2,8 +2,9 @@
 //! and its reason, removal; their output into the CRI log.
 
 use std::fs;
-use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libcontainer::container::Container;
@@ -63,6 +64,7 @@ impl Runtime {
         let paths = spec::SandboxPaths {
             pause_pid: sb.rec.status.pause_pid.unwrap_or(0),
             share_pid: sb.rec.config.share_process_namespace,
+            target_pid: self.target_pid(sandbox_id, config.target_container_id.as_deref())?,
             hosts: sb.dir.join("hosts").display().to_string(),
             hostname: sb.dir.join("hostname").display().to_string(),
             resolv_conf: sb.dir.join("resolv.conf").display().to_string(),
@@ -128,16 +130,26 @@ impl Runtime {
             for r in [&out_r, &err_r] {
                 set_nonblocking(r)?;
             }
-            let stdin = fs::File::open("/dev/null").map_err(io_ctx("/dev/null"))?;
+            let (stdin, mut input) = if config.stdin && !config.tty {
+                let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(errno_ctx("pipe"))?;
+                (r, Some(w))
+            } else {
+                let null = fs::File::open("/dev/null").map_err(io_ctx("/dev/null"))?;
+                (OwnedFd::from(null), None)
+            };
+            // A terminal is made inside the container (its devpts) by libcontainer, which sends
+            // the master back over a socket of ours, as runc does for containerd.
+            let console = config.tty.then(|| console_socket(&dir)).transpose()?;
             let c = crate::sys::with_child_oom_score(None, || {
-                ContainerBuilder::new(id.clone(), SyscallType::default())
+                let b = ContainerBuilder::new(id.clone(), SyscallType::default())
                     .with_root_path(&self.youki_root)
                     .map_err(lc_err("container state root"))?
-                    .with_executor(SeccompExecutor { profile })
-                    .with_stdin(stdin)
-                    .with_stdout(out_w)
-                    .with_stderr(err_w)
-                    .validate_id()
+                    .with_executor(SeccompExecutor { profile });
+                let b = match &console {
+                    Some((_, path)) => b.with_console_socket(Some(path)),
+                    None => b.with_stdin(stdin).with_stdout(out_w).with_stderr(err_w),
+                };
+                b.validate_id()
                     .map_err(lc_err("container id"))?
                     .as_init(&dir)
                     .with_systemd(false)
@@ -145,6 +157,20 @@ impl Runtime {
                     .build()
                     .map_err(lc_err(format!("creating container {}", config.name)))
             })?;
+            let pipes = match console {
+                Some((listener, path)) => {
+                    let master = receive_terminal(&listener);
+                    let _ = fs::remove_file(&path);
+                    let master = master?;
+                    set_nonblocking(&master)?;
+                    // Input (and so the window size) only for a container that asked for stdin.
+                    if config.stdin {
+                        input = Some(master.try_clone().map_err(io_ctx("terminal master"))?);
+                    }
+                    [Some(master), None]
+                }
+                None => [Some(out_r), Some(err_r)],
+            };
             let pid = c
                 .pid()
                 .map(|p| p.as_raw())
@@ -168,8 +194,11 @@ impl Runtime {
                 pid,
                 Running {
                     pidfd,
-                    pipes: [Some(out_r), Some(err_r)],
+                    pipes,
                     log,
+                    input,
+                    stdin_once: config.stdin_once,
+                    tty: config.tty,
                 },
             ))
         })();
@@ -195,6 +224,8 @@ impl Runtime {
                 Ok(status)
             }
             Err(e) => {
+                // libcontainer may have left a process of the failed create behind.
+                self.strays = true;
                 if let Ok(mut c) = Container::load(self.youki_root.join(&id)) {
                     let _ = c.delete(true);
                 }
@@ -295,6 +326,47 @@ impl Runtime {
         Ok(())
     }
 
+    /// `Attach`: whether container `id` runs on a terminal, and its input if it has one to give
+    /// (a `stdinOnce` container's is given away once; otherwise a copy each time).
+    pub(super) fn attach(&mut self, id: &str) -> Result<(bool, Option<OwnedFd>), RuntimeError> {
+        let c = self
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound(format!("container {id} not found")))?;
+        let run = match c.run.as_mut() {
+            Some(run) if c.rec.status.state == State::Running => run,
+            _ => return Err(RuntimeError::Conflict(format!("container {id} is not running"))),
+        };
+        let input = if run.stdin_once {
+            run.input.take()
+        } else {
+            run.input
+                .as_ref()
+                .map(|fd| fd.try_clone())
+                .transpose()
+                .map_err(io_ctx("container input"))?
+        };
+        Ok((run.tty, input))
+    }
+
+    /// The pid of running container `target` of sandbox `sandbox_id`, whose pid namespace a new
+    /// container joins.
+    fn target_pid(&self, sandbox_id: &str, target: Option<&str>) -> Result<Option<i32>, RuntimeError> {
+        let Some(target) = target else { return Ok(None) };
+        let c = self.container(target)?;
+        if c.rec.status.sandbox_id != sandbox_id {
+            return Err(RuntimeError::Invalid(format!(
+                "target container {target} is not in sandbox {sandbox_id}"
+            )));
+        }
+        match (c.rec.status.state, c.rec.status.pid) {
+            (State::Running, Some(pid)) => Ok(Some(pid)),
+            _ => Err(RuntimeError::Conflict(format!(
+                "target container {target} is not running"
+            ))),
+        }
+    }
+
     pub(super) fn status(&self, id: &str) -> Result<ContainerStatus, RuntimeError> {
         self.container(id).map(|c| c.rec.status.clone())
     }
@@ -384,6 +456,43 @@ impl Runtime {
     }
 }
 
+/// A listening socket in the container's directory for libcontainer to send the terminal's
+/// master through (`console.sock`), and its path.
+fn console_socket(dir: &Path) -> Result<(UnixListener, PathBuf), RuntimeError> {
+    let path = dir.join("console.sock");
+    let _ = fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(io_ctx("the console socket"))?;
+    Ok((listener, path))
+}
+
+/// The terminal master libcontainer sent: its connection was made before the container's
+/// process was cloned and the descriptor written before `build` returned, so nothing here
+/// waits long (the timeouts guard against a libcontainer that did neither).
+fn receive_terminal(listener: &UnixListener) -> Result<OwnedFd, RuntimeError> {
+    let gone = |what: &str| RuntimeError::Container {
+        what: "creating the container's terminal".into(),
+        detail: what.into(),
+    };
+    listener
+        .set_nonblocking(true)
+        .map_err(io_ctx("the console socket"))?;
+    let (conn, _) = listener
+        .accept()
+        .map_err(|e| gone(&format!("libcontainer did not connect: {e}")))?;
+    conn.set_nonblocking(false)
+        .and_then(|()| conn.set_read_timeout(Some(Duration::from_secs(5))))
+        .map_err(io_ctx("the console socket"))?;
+    let (mut buf, mut fds) = (Vec::new(), Vec::new());
+    while fds.is_empty() {
+        match runtime_api::recv_some(conn.as_raw_fd(), &mut buf, &mut fds) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return Err(gone(&format!("no terminal received: {e}"))),
+        }
+    }
+    fds.pop().ok_or_else(|| gone("no terminal received"))
+}
+
 pub(super) fn set_nonblocking(fd: &impl std::os::fd::AsFd) -> Result<(), RuntimeError> {
     runtime_api::pty::set_nonblocking(fd.as_fd()).map_err(io_ctx("non-blocking pipe"))
 }
@@ -405,8 +514,19 @@ fn read_pipe(run: &mut Running, idx: usize) -> bool {
                     }
                 }
             }
-            Err(Errno::EAGAIN) => return true,
+            Err(Errno::EAGAIN) => {
+                // A terminal's prompt and echo are whole only without their newline: written as
+                // partial records now, so an attached client sees them as they come.
+                if run.tty
+                    && let Some(log) = run.log.as_mut()
+                    && let Err(e) = log.flush_partial()
+                {
+                    tracing::warn!(error = %e, "container log write failed");
+                }
+                return true;
+            }
             Err(Errno::EINTR) => {}
+            // EIO: a terminal whose other side is closed everywhere (the process ended).
             Err(_) => return false,
         }
     }

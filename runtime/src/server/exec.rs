@@ -129,7 +129,7 @@ impl Runtime {
     }
 
     /// Starts a process in running container `id` with the given stdio.
-    fn spawn_in(&self, id: &str, command: Vec<String>, stdio: [OwnedFd; 3]) -> Result<Pid, RuntimeError> {
+    fn spawn_in(&mut self, id: &str, command: Vec<String>, stdio: [OwnedFd; 3]) -> Result<Pid, RuntimeError> {
         let c = self.container(id)?;
         if c.rec.status.state != State::Running {
             return Err(RuntimeError::Conflict(format!("container {id} is not running")));
@@ -144,7 +144,8 @@ impl Runtime {
             .status
             .pid
             .and_then(|pid| crate::sys::oom_score_adj(pid).ok());
-        crate::sys::with_child_oom_score(adj, || {
+        let sockets = crate::sys::open_sockets();
+        let started = crate::sys::with_child_oom_score(adj, || {
             ContainerBuilder::new(id.to_string(), SyscallType::default())
                 .with_root_path(&self.youki_root)
                 .map_err(lc_err("container state root"))?
@@ -159,7 +160,52 @@ impl Runtime {
                 .with_detach(true)
                 .build()
                 .map_err(lc_err(format!("exec in container {id}")))
-        })
+        });
+        if started.is_err() {
+            let closed = crate::sys::close_sockets_since(&sockets);
+            if closed > 0 {
+                tracing::info!(closed, "closed the sockets of a failed exec");
+            }
+            self.strays = true;
+            self.reap_strays();
+        }
+        started
+    }
+
+    /// Reaps the runtime's children that it does not track, after a failed exec or create
+    /// (libcontainer may leave a process it started and never returned the pid of: a tenant
+    /// whose setup failed). Such a zombie in a container's pid namespace keeps the namespace's
+    /// init from finishing its exit (the kernel waits until every task of the namespace is
+    /// reaped), so the container would never be reported exited and its stop would hang.
+    /// Returns whether untracked children are still alive (look again later).
+    pub(super) fn reap_strays(&mut self) -> bool {
+        if !self.strays {
+            return false;
+        }
+        let me = std::process::id();
+        let listed = fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+        let tracked: std::collections::BTreeSet<i32> = self
+            .containers
+            .values()
+            .filter(|c| c.run.is_some())
+            .filter_map(|c| c.rec.status.pid)
+            .chain(self.execs.values().map(|e| e.pid.as_raw()))
+            .chain(self.sandboxes.values().filter_map(|s| s.rec.status.pause_pid))
+            .chain(self.pulls.values().map(|p| p.pid.as_raw()))
+            .collect();
+        let mut alive = false;
+        for pid in listed.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            if tracked.contains(&pid) {
+                continue;
+            }
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => alive = true,
+                Ok(status) => tracing::info!(pid, ?status, "reaped an untracked child"),
+                Err(_) => {}
+            }
+        }
+        self.strays = alive;
+        alive
     }
 
     /// An exec's process ended: its exit code goes to whoever waits (or is kept until asked).

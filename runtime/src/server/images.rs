@@ -31,7 +31,7 @@ use crate::image::store::{ImageRecord, ImageStore, PullOptions};
 
 /// A pull in progress in a child process.
 pub(super) struct Pull {
-    pid: Pid,
+    pub pid: Pid,
     pub pidfd: Option<OwnedFd>,
     /// The read end of the child's reply pipe (None at EOF).
     pub out: Option<OwnedFd>,

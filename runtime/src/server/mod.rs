@@ -108,6 +108,9 @@ pub struct Runtime {
     bridge: Option<u32>,
     /// Whether the pause root holds the node binary (prepared at the first sandbox).
     pause_ready: bool,
+    /// Whether children the runtime does not track may be left to reap (see
+    /// `exec::reap_strays`).
+    strays: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -172,6 +175,7 @@ impl Runtime {
             cpu_samples: BTreeMap::new(),
             outbox: Vec::new(),
             reply_fds: Vec::new(),
+            strays: false,
             bridge: None,
             pause_ready: false,
         };
@@ -279,6 +283,11 @@ impl Runtime {
             Request::PortForward { sandbox_id, port } => self.port_forward(&sandbox_id, port).map(|socket| {
                 self.reply_fds.push(socket);
                 Reply::PortForward
+            }),
+            Request::Attach { id } => self.attach(&id).map(|(tty, input)| {
+                let given = input.is_some();
+                self.reply_fds.extend(input);
+                Reply::Attach { tty, input: given }
             }),
         };
         Some(r.unwrap_or_else(|e| Reply::Error(e.to_reply())))

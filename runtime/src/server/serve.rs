@@ -56,10 +56,9 @@ impl Runtime {
         let now = Instant::now();
         let a = self.container_deadlines(now);
         let b = self.exec_deadlines(now);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // Untracked children still alive are looked at again soon.
+        let c = self.reap_strays().then_some(STRAY_SWEEP);
+        [a, b, c].into_iter().flatten().min()
     }
 
     /// Every descriptor to watch, with what it belongs to.
@@ -115,6 +114,9 @@ impl Runtime {
         }
     }
 }
+
+/// How often untracked children are looked for while some live.
+const STRAY_SWEEP: Duration = Duration::from_millis(500);
 
 /// Output sources are handled before exits, so an exit drains everything the process wrote.
 fn is_output(s: &Source) -> bool {

@@ -50,9 +50,14 @@ pub(super) struct Sandbox {
 /// A container process the runtime watches.
 pub(super) struct Running {
     pub pidfd: OwnedFd,
-    /// stdout and stderr read ends (None once closed).
+    /// stdout and stderr read ends (None once closed); with a terminal, its master and None.
     pub pipes: [Option<OwnedFd>; 2],
     pub log: Option<LogWriter>,
+    /// What `Attach` hands out: the stdin pipe's write end, or a second descriptor of the
+    /// terminal's master (None: no stdin, or a `stdinOnce` one already taken).
+    pub input: Option<OwnedFd>,
+    pub stdin_once: bool,
+    pub tty: bool,
 }
 
 pub(super) struct Ctr {
@@ -169,6 +174,9 @@ impl Runtime {
                             pidfd,
                             pipes: [None, None],
                             log: None,
+                            input: None,
+                            stdin_once: false,
+                            tty: false,
                         })
                     }
                     _ => {

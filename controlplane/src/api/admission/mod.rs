@@ -4,6 +4,7 @@
 
 mod csr;
 mod defaults;
+pub(crate) mod ephemeral;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -95,7 +96,7 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                     spec[k] = v;
                 }
             }
-            for list in ["containers", "initContainers"] {
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
                 if let Some(cs) = spec[list].as_array_mut() {
                     for c in cs {
                         if c.get("imagePullPolicy").is_none() {
@@ -115,6 +116,17 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                 }
             }
             if creating {
+                if obj["spec"]["ephemeralContainers"]
+                    .as_array()
+                    .is_some_and(|e| !e.is_empty())
+                {
+                    return Err(ApiError::invalid(
+                        res,
+                        &name,
+                        "spec.ephemeralContainers",
+                        "Forbidden: cannot be set on create",
+                    ));
+                }
                 obj["status"] = json!({ "phase": "Pending" });
             }
         }

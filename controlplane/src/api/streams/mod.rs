@@ -162,9 +162,13 @@ fn pick_container<'a>(pod: &'a Value, name: &str, wanted: Option<&'a str>) -> Re
             .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
             .unwrap_or_default()
     };
-    let (containers, inits) = (names("containers"), names("initContainers"));
+    let (containers, inits, ephemeral) = (
+        names("containers"),
+        names("initContainers"),
+        names("ephemeralContainers"),
+    );
     match wanted.filter(|c| !c.is_empty()) {
-        Some(c) if containers.contains(&c) || inits.contains(&c) => Ok(c),
+        Some(c) if containers.contains(&c) || inits.contains(&c) || ephemeral.contains(&c) => Ok(c),
         Some(c) => Err(ApiError::bad_request(format!(
             "container {c} is not valid for pod {name}"
         ))),
@@ -176,6 +180,12 @@ fn pick_container<'a>(pod: &'a Value, name: &str, wanted: Option<&'a str>) -> Re
             );
             if !inits.is_empty() {
                 msg.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+            }
+            if !ephemeral.is_empty() {
+                msg.push_str(&format!(
+                    " or one of the ephemeral containers: [{}]",
+                    ephemeral.join(" ")
+                ));
             }
             Err(ApiError::bad_request(msg))
         }
@@ -250,6 +260,13 @@ mod tests {
         );
         let one = json!({"spec": {"containers": [{"name": "only"}]}});
         assert_eq!(pick_container(&one, "p", None).ok(), Some("only"));
+        let debugged = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}],
+            "ephemeralContainers": [{"name": "dbg"}]}});
+        assert_eq!(pick_container(&debugged, "p", Some("dbg")).ok(), Some("dbg"));
+        assert_eq!(
+            pick_container(&debugged, "p", None).map_err(|e| e.message),
+            Err("a container name must be specified for pod p, choose one of: [a b] or one of the ephemeral containers: [dbg]".into())
+        );
     }
 
     #[test]

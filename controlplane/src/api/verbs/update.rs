@@ -4,12 +4,14 @@
 
 use std::time::SystemTime;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::{Fields, UNCONDITIONAL_ATTEMPTS, drop_unknown_fields, fieldmanager, writer};
 use crate::api::Api;
 use crate::api::admission::{self, check_shape, check_type};
 use crate::api::object::{self, name_of};
+use crate::api::registry::Resource;
 use crate::api::request::{Query, Target};
 use crate::api::schema::Type;
 use crate::api::status::ApiError;
@@ -109,8 +111,19 @@ impl Api {
                     new["metadata"]["managedFields"] = mf;
                 }
             }
+            Some("ephemeralcontainers") => {
+                // Only `spec.ephemeralContainers` changes through /ephemeralcontainers.
+                let ephemeral = new["spec"].get("ephemeralContainers").cloned();
+                new = old.clone();
+                set_or_remove(&mut new["spec"], "ephemeralContainers", ephemeral);
+            }
             _ if has_status_sub => new["status"] = old["status"].clone(),
             _ => {}
+        }
+        if t.sub.is_none() && res.group.is_empty() && res.plural == "pods" {
+            // A pod's ephemeral containers change only through their subresource.
+            let ephemeral = old["spec"].get("ephemeralContainers").cloned();
+            set_or_remove(&mut new["spec"], "ephemeralContainers", ephemeral);
         }
         if new["status"].is_null()
             && let Some(m) = new.as_object_mut()
@@ -118,6 +131,9 @@ impl Api {
             m.remove("status");
         }
         admission::admit(res, &mut new, false)?;
+        if t.sub.as_deref() == Some("ephemeralcontainers") {
+            check_ephemeral(res, &name, old, &new)?;
+        }
         if res.group.is_empty() && res.plural == "services" {
             super::clusterip::keep_cluster_ip(old, &mut new, &name)?;
         }
@@ -157,11 +173,45 @@ impl Api {
         // A namespace also waits for its `spec.finalizers` (the namespace controller's).
         let spec_finalizers_empty = !(res.group.is_empty() && res.plural == "namespaces")
             || new["spec"]["finalizers"].as_array().is_none_or(Vec::is_empty);
-        if deleting && finalizers_empty && spec_finalizers_empty {
+        // An object in graceful deletion (a pod its node is stopping) is not removed by an
+        // update: its node's final delete does that (upstream's shouldDeleteDuringUpdate).
+        let graceful = old["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .is_some_and(|g| g > 0);
+        if deleting && finalizers_empty && spec_finalizers_empty && !graceful {
             // The last finalizer is gone: the object goes away now (its dependents are the
             // garbage collector's).
             return self.remove(res, key, rev, &name).await;
         }
         self.put_at(res, key, &new, rev, &name).await
+    }
+}
+
+/// Sets `obj[key]` to `v`, or removes the key when `v` is None.
+fn set_or_remove(obj: &mut Value, key: &str, v: Option<Value>) {
+    match v {
+        Some(v) => obj[key] = v,
+        None => {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove(key);
+            }
+        }
+    }
+}
+
+/// The rules of `pods/ephemeralcontainers` ([`admission::ephemeral`]) over the typed pods.
+fn check_ephemeral(res: &Resource, name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let typed = |v: &Value| {
+        serde_json::from_value::<Pod>(v.clone())
+            .map_err(|e| ApiError::bad_request(format!("decoding the pod: {e}")))
+    };
+    let errors: Vec<(String, String)> = admission::ephemeral::check_update(&typed(old)?, &typed(new)?)
+        .into_iter()
+        .map(|e| (e.field, e.message))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(res, name, &errors))
     }
 }
