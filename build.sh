@@ -297,6 +297,7 @@ cmd_test() {
     cmd_image --arch all
     build_guest_bin runtime-suite
     export NODEOS_OUT="$OUT_DIR" NODEOS_KERNEL_CACHE="$CACHE_DIR/kernel/$KERNEL_VERSION" NODEOS_STUB_CACHE="$CACHE_DIR/stub"
+    export NODEOS_PYTHON="$PY_VENV/bin/python"
     local which=(--test '*'); [ "$suite" = runtime ] && which=(--test runtime)
     step "test: VM tests ($suite; QEMU TCG, both arches)" \
       cargo test --locked -p qemu-tests "${which[@]}" -- --ignored --test-threads="${VM_TEST_THREADS:-2}" \

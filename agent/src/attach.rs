@@ -1,5 +1,5 @@
 //! `/attach/<namespace>/<pod>/<container>`: `kubectl attach` over the exec protocol
-//! (`v5.channel.k8s.io`). The client gets the container's output from the moment it attaches,
+//! (`v5.channel.k8s.io` and `v4` over WebSocket, `v4` over SPDY). The client gets the container's output from the moment it attaches,
 //! stdout on channel 1 and stderr on channel 2, read from the container's log as the runtime
 //! writes it (every byte the container writes goes there first), until the container stops;
 //! then a `Success` status, and kubectl exits.
@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::exec::{self, Channels, ExecRequest};
+use crate::exec::{self, Channels, ExecRequest, Transport};
 use crate::logs::Record;
 
 /// The channel and bytes of each complete record in `lines` that the client asked for.
@@ -65,14 +65,16 @@ async fn input(id: String, req: &ExecRequest) -> (bool, Option<OwnedFd>) {
 
 /// Serves one attach session on `io` to container `id`: the output appended to `log` from now
 /// on, and the client's input into the container's stdin if it has one.
-pub async fn serve<S>(io: S, id: String, log: PathBuf, req: ExecRequest)
+pub async fn serve<S>(io: S, transport: Transport, id: String, log: PathBuf, req: ExecRequest)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Some(mut ch) = Channels::open(io, transport, &req).await else {
+        return;
+    };
     let (tty, input) = input(id, &req).await;
     let resize = input.as_ref().filter(|_| tty).and_then(|fd| fd.try_clone().ok());
     let mut stdin = input.filter(|_| req.stdin).map(exec::stdin_writer);
-    let mut ch = Channels::open(io).await;
     // Attached now: what the log holds already is history (`kubectl logs` shows it).
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let (tx, mut batches) = mpsc::channel(16);

@@ -22,15 +22,25 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, Role, WebSocketConfig};
 
-/// The only subprotocol served.
-pub const PROTOCOL: &str = "v5.channel.k8s.io";
+/// The WebSocket subprotocols served, the preferred first: v4 clients (the Python client, for
+/// one) never send channel 255, which is all that v5 adds.
+pub const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 
-const STDIN: u8 = 0;
+/// How a session reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A WebSocket of `v5.channel.k8s.io` or `v4.channel.k8s.io` channel messages.
+    WebSocket,
+    /// SPDY/3.1 streams of `v4.channel.k8s.io` ([`crate::remotecommand`]).
+    Spdy,
+}
+
+pub(crate) const STDIN: u8 = 0;
 pub(crate) const STDOUT: u8 = 1;
 pub(crate) const STDERR: u8 = 2;
-const ERROR: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+pub(crate) const ERROR: u8 = 3;
+pub(crate) const RESIZE: u8 = 4;
+pub(crate) const CLOSE: u8 = 255;
 
 /// Largest client message (and frame) accepted: stdin chunks and resize messages are small.
 const MAX_MESSAGE: usize = 1 << 20;
@@ -236,19 +246,27 @@ async fn start(id: String, req: &ExecRequest) -> Result<Session, ExecError> {
 }
 
 /// Runs `req` in container `id` and serves the session on `io` (the upgraded connection) until
-/// the process has exited and its output is delivered, or the client left.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, id: String, req: ExecRequest) {
+/// the process has exited and its output is delivered, or the client left. The client's
+/// streams are all there before the process starts (SPDY opens them one by one).
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: S,
+    transport: Transport,
+    id: String,
+    req: ExecRequest,
+) {
+    let Some(ch) = Channels::open(io, transport, &req).await else {
+        return;
+    };
     let session = start(id, &req).await;
-    serve_session(io, &req, session).await;
+    serve_session(ch, &req, session).await;
 }
 
-/// Serves a started (or failed) session on `io`.
+/// Serves a started (or failed) session on `ch`.
 async fn serve_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
-    io: S,
+    mut ch: Channels<S>,
     req: &ExecRequest,
     session: Result<Session, ExecError>,
 ) {
-    let mut ch = Channels::open(io).await;
     let exit = match session {
         Ok(session) => relay(&mut ch.messages, session, req, ch.out.clone()).await,
         Err(e) => Some(Err(e)),
@@ -261,17 +279,59 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     ch.finish(exit).await;
 }
 
-/// A `v5.channel.k8s.io` WebSocket: messages from the client, and a sender whose messages a
-/// task of its own writes, so a client that sends (stdin) never waits on one that is not read,
-/// and the other way round.
+/// A session's channels, whatever the transport: messages from the client, and a sender whose
+/// messages a task of its own writes, so a client that sends (stdin) never waits on one that
+/// is not read, and the other way round.
 pub(crate) struct Channels<S> {
-    pub(crate) messages: futures_util::stream::SplitStream<WebSocketStream<S>>,
+    pub(crate) messages: Incoming<S>,
     pub(crate) out: mpsc::Sender<Message>,
-    writer: JoinHandle<Sink<S>>,
+    writer: Writer<S>,
+}
+
+/// What the client sends, as channel messages.
+pub(crate) enum Incoming<S> {
+    WebSocket(futures_util::stream::SplitStream<WebSocketStream<S>>),
+    Spdy(mpsc::Receiver<Message>),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Incoming<S> {
+    type Item = Result<Message, tokio_tungstenite::tungstenite::Error>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            Incoming::WebSocket(s) => s.poll_next_unpin(cx),
+            Incoming::Spdy(r) => r.poll_recv(cx).map(|m| m.map(Ok)),
+        }
+    }
+}
+
+/// The task writing our messages: it hands a WebSocket's sink back for the final shutdown; a
+/// SPDY session closes its connection itself.
+enum Writer<S> {
+    WebSocket(JoinHandle<Sink<S>>),
+    Spdy(JoinHandle<()>),
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Channels<S> {
-    pub(crate) async fn open(io: S) -> Self {
+    /// The channels of the upgraded connection `io`; None when a SPDY client did not open the
+    /// streams `req` needs (logged).
+    pub(crate) async fn open(io: S, transport: Transport, req: &ExecRequest) -> Option<Self> {
+        if transport == Transport::Spdy {
+            return match crate::remotecommand::open(io, req).await {
+                Ok(s) => Some(Self {
+                    messages: Incoming::Spdy(s.incoming),
+                    out: s.out,
+                    writer: Writer::Spdy(s.task),
+                }),
+                Err(e) => {
+                    tracing::debug!(error = %e, "SPDY session not started");
+                    None
+                }
+            };
+        }
         let config = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
@@ -281,11 +341,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Channels<S> {
         let (sink, messages) = ws.split();
         let (out, out_rx) = mpsc::channel::<Message>(64);
         let writer = tokio::spawn(write_messages(sink, out_rx));
-        Self {
-            messages,
+        Some(Self {
+            messages: Incoming::WebSocket(messages),
             out,
-            writer,
-        }
+            writer: Writer::WebSocket(writer),
+        })
     }
 
     /// Ends the session: the status on channel 3 and a normal close (unless `exit` is None:
@@ -306,12 +366,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Channels<S> {
             let _ = out_tx.send(Message::Close(Some(normal))).await;
         }
         drop(out_tx);
-        // Our side of the connection is shut down (TLS close_notify, then FIN) rather than just
-        // dropped, so the API server's splice sees a clean end.
-        if let Ok(sink) = writer.await
-            && let Ok(mut ws) = messages.reunite(sink)
-        {
-            let _ = ws.get_mut().shutdown().await;
+        match (writer, messages) {
+            // Our side of the connection is shut down (TLS close_notify, then FIN) rather than
+            // just dropped, so the API server's splice sees a clean end.
+            (Writer::WebSocket(writer), Incoming::WebSocket(messages)) => {
+                if let Ok(sink) = writer.await
+                    && let Ok(mut ws) = messages.reunite(sink)
+                {
+                    let _ = ws.get_mut().shutdown().await;
+                }
+            }
+            (Writer::Spdy(task), _) => {
+                let _ = task.await;
+            }
+            (Writer::WebSocket(writer), Incoming::Spdy(_)) => {
+                let _ = writer.await;
+            }
         }
     }
 }
@@ -547,7 +617,12 @@ mod tests {
     /// A client connected to `serve_session` over an in-memory connection.
     async fn connect(req: ExecRequest, session: Result<Session, ExecError>) -> (Client, JoinHandle<()>) {
         let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        let server = tokio::spawn(async move { serve_session(theirs, &req, session).await });
+        let server = tokio::spawn(async move {
+            let ch = Channels::open(theirs, Transport::WebSocket, &req)
+                .await
+                .expect("channels");
+            serve_session(ch, &req, session).await
+        });
         let client = WebSocketStream::from_raw_socket(ours, Role::Client, None).await;
         (client, server)
     }
@@ -722,6 +797,104 @@ mod tests {
             assert_eq!(s["message"], "no runtime here");
             assert_eq!(got.close, Some(CloseCode::Normal));
             server.await.expect("server");
+        });
+    }
+
+    /// A SPDY client opening `streams` (id, streamType) as client-go does, sending `input`
+    /// (stream id, bytes, fin) once they are replied to, and collecting until the server closes:
+    /// the data and FIN of each stream.
+    async fn spdy_session(
+        req: ExecRequest,
+        session: Session,
+        streams: &[(u32, &str)],
+        input: &[(u32, &[u8], bool)],
+    ) -> std::collections::BTreeMap<u32, (Vec<u8>, bool)> {
+        use crate::spdy::{self, FrameReader, FrameWriter};
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let ch = Channels::open(theirs, Transport::Spdy, &req)
+                .await
+                .expect("streams");
+            serve_session(ch, &req, Ok(session)).await
+        });
+        let (rd, mut wr) = tokio::io::split(ours);
+        let mut deflate = spdy::dict_deflate();
+        for (id, kind) in streams {
+            let syn = spdy::syn_stream(&mut deflate, *id, false, &[("streamtype", kind)]);
+            wr.write_all(&syn).await.expect("write");
+        }
+        for (id, data, fin) in input {
+            for f in FrameWriter::data(*id, data, *fin) {
+                wr.write_all(&f).await.expect("write");
+            }
+        }
+        let mut got = std::collections::BTreeMap::<u32, (Vec<u8>, bool)>::new();
+        let mut frames = FrameReader::new(rd);
+        let read = async {
+            while let Some(f) = frames.next().await.expect("frame") {
+                if let crate::spdy::Frame::Data { id, fin, data } = f {
+                    let e = got.entry(id).or_default();
+                    assert!(!e.1, "data after FIN on stream {id}");
+                    e.0.extend_from_slice(&data);
+                    e.1 |= fin;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the server closes");
+        server.await.expect("server");
+        got
+    }
+
+    #[test]
+    fn the_same_session_over_spdy() {
+        rt().block_on(async {
+            let session = local_session("cat; echo err >&2; exit 3", false);
+            let streams = [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "stderr")];
+            let got = spdy_session(
+                request(true, false),
+                session,
+                &streams,
+                &[(3, b"ab", false), (3, b"cd", true)],
+            )
+            .await;
+            let text = |id: u32| String::from_utf8_lossy(&got[&id].0).into_owned();
+            assert_eq!(text(5), "abcd");
+            assert_eq!(text(7), "err\n");
+            let status: serde_json::Value = serde_json::from_slice(&got[&1].0).expect("status JSON");
+            assert_eq!(status["reason"], "NonZeroExitCode");
+            assert_eq!(status["details"]["causes"][0]["message"], "3");
+            assert!(
+                got[&1].1 && got[&5].1 && got[&7].1,
+                "every stream the server writes ends: {got:?}"
+            );
+            assert!(!got.contains_key(&3), "nothing is written on stdin");
+        });
+    }
+
+    #[test]
+    fn a_terminal_over_spdy_takes_resizes_from_their_stream() {
+        rt().block_on(async {
+            let session = local_session("read line; stty size; exit 0", true);
+            // No stderr stream with a terminal; a stream of no known type is accepted and ignored.
+            let streams = [
+                (1, "error"),
+                (3, "stdin"),
+                (5, "stdout"),
+                (7, "resize"),
+                (9, "video"),
+            ];
+            let input: [(u32, &[u8], bool); 3] = [
+                (7, b"{\"Width\":100,", false),
+                (7, b"\"Height\":40}\n", false),
+                (3, b"go\n", false),
+            ];
+            let got = spdy_session(request(true, true), session, &streams, &input).await;
+            let out = String::from_utf8_lossy(&got[&5].0);
+            assert!(out.contains("40 100"), "{out:?}");
+            let status: serde_json::Value = serde_json::from_slice(&got[&1].0).expect("status JSON");
+            assert_eq!(status["status"], "Success");
         });
     }
 }

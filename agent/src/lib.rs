@@ -14,6 +14,7 @@ pub mod logs;
 pub mod node;
 pub mod pods;
 pub mod portforward;
+mod remotecommand;
 mod server;
 pub mod serving;
 pub mod settings;

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::spdy::{self, Frame, FrameReader, FrameWriter};
+use crate::spdy::{self, Frame, FrameReader, FrameWriter, Out};
 
 /// The stream protocol both upgrades negotiate.
 pub const PROTOCOL: &str = "portforward.k8s.io";
@@ -218,39 +218,13 @@ struct Pending {
     since: Instant,
 }
 
-/// What goes out on the connection.
-#[derive(Debug)]
-enum Out {
-    Reply(u32),
-    Frame(Bytes),
-}
-
 /// Serves one SPDY connection until the peer leaves.
 pub async fn serve<IO>(io: IO, dial: Dialer)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (rd, mut wr) = tokio::io::split(io);
-    let (out_tx, mut out_rx) = mpsc::channel::<Out>(64);
-    let writer = tokio::spawn(async move {
-        let mut w = FrameWriter::default();
-        while let Some(o) = out_rx.recv().await {
-            let bytes = match o {
-                Out::Reply(id) => match w.syn_reply(id, &[]) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "port-forward reply");
-                        break;
-                    }
-                },
-                Out::Frame(b) => b,
-            };
-            if wr.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
+    let (rd, wr) = tokio::io::split(io);
+    let (out_tx, writer) = spdy::spawn_writer(wr);
     let mut reader = FrameReader::new(rd);
     let mut pending: HashMap<String, Pending> = HashMap::new();
     // Where the peer's DATA for a data stream goes (its forwarder).

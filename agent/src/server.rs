@@ -27,6 +27,7 @@ use crate::authz::Authorizer;
 use crate::exec;
 use crate::logs::{self, LogError, LogOptions};
 use crate::portforward;
+use crate::remotecommand;
 use crate::stats;
 use crate::{AgentConfig, AgentError};
 
@@ -192,9 +193,10 @@ async fn handle(peer: Arc<Peer>, req: Request<Incoming>, ctx: Arc<Ctx>) -> Respo
     resp
 }
 
-/// `/exec/<namespace>/<pod>/<container>`: a WebSocket upgrade (`v5.channel.k8s.io`) running
-/// the command in the container; `/attach/...`: the same protocol carrying the container's own
-/// output ([`attach`]).
+/// `/exec/<namespace>/<pod>/<container>`: an upgrade to a WebSocket (`v5.channel.k8s.io` or
+/// `v4`) or to SPDY/3.1 (`v4.channel.k8s.io` streams, [`remotecommand`]) running the command in
+/// the container; `/attach/...`: the same protocols carrying the container's own output
+/// ([`attach`]).
 async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<Body> {
     let attaching = req.uri().path().starts_with("/attach/");
     let prefix = if attaching { "/attach/" } else { "/exec/" };
@@ -210,26 +212,35 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
             Err(e) => return text(e.status(), e.to_string()),
         }
     };
-    let header = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let websocket = header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let values = |name: &str| header_values(&req, name);
+    let upgrade = values("upgrade");
+    let websocket = upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket"));
+    let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
     let what = prefix.trim_matches('/');
-    let Some(key) = header("sec-websocket-key").filter(|_| websocket) else {
-        return text(400, format!("{what} needs a WebSocket upgrade"));
+    let key = values("sec-websocket-key").into_iter().next();
+    let (transport, protocol) = if let Some(key) = key.filter(|_| websocket) {
+        // The client's order of preference decides, as upstream's handshake does.
+        let offered = values("sec-websocket-protocol");
+        let Some(p) = offered
+            .iter()
+            .find_map(|o| exec::PROTOCOLS.iter().find(|p| *p == o))
+        else {
+            return text(
+                400,
+                format!("{what} needs one of the subprotocols {:?}", exec::PROTOCOLS),
+            );
+        };
+        (exec::Transport::WebSocket, Some((key, *p)))
+    } else if spdy {
+        if let Some(refusal) =
+            refuse_unnegotiated(&values("x-stream-protocol-version"), remotecommand::PROTOCOL)
+        {
+            return refusal;
+        }
+        (exec::Transport::Spdy, None)
+    } else {
+        return text(400, format!("{what} needs an upgrade to WebSocket or SPDY/3.1"));
     };
-    let offered = req
-        .headers()
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|p| p.trim() == exec::PROTOCOL));
-    if !offered {
-        return text(400, format!("{what} needs the {} subprotocol", exec::PROTOCOL));
-    }
     let span =
         tracing::info_span!("exec", namespace = %ns, pod = %pod, container = %container, attach = attaching);
     let log_root = log_root.to_path_buf();
@@ -254,17 +265,60 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
     let on_upgrade = hyper::upgrade::on(&mut req);
     let session = async move {
         match on_upgrade.await {
-            Ok(up) if attaching => attach::serve(TokioIo::new(up), id, log, opts).await,
-            Ok(up) => exec::serve(TokioIo::new(up), id, opts).await,
+            Ok(up) if attaching => attach::serve(TokioIo::new(up), transport, id, log, opts).await,
+            Ok(up) => exec::serve(TokioIo::new(up), transport, id, opts).await,
             Err(e) => tracing::debug!(error = %e, "upgrade failed"),
         }
     };
     tokio::spawn(session.instrument(span));
-    switching_to_websocket(&key)
+    match protocol {
+        Some((key, protocol)) => switching_to_websocket(&key, protocol),
+        None => switching_to_spdy(remotecommand::PROTOCOL),
+    }
 }
 
-/// The 101 answer to a `v5.channel.k8s.io` WebSocket upgrade with client key `key`.
-fn switching_to_websocket(key: &str) -> Response<Body> {
+/// A header's values, comma-separated lists split, empty ones dropped.
+fn header_values(req: &Request<Incoming>, name: &str) -> Vec<String> {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The kubelet's negotiation of a SPDY stream protocol: a client naming protocols must name
+/// ours (a client naming none is from before negotiation, and gets the one we speak). The
+/// refusal, if it is one.
+fn refuse_unnegotiated(offered: &[String], ours: &str) -> Option<Response<Body>> {
+    if offered.is_empty() || offered.iter().any(|p| p == ours) {
+        return None;
+    }
+    Some(text(
+        403,
+        format!(
+            "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports [\"{ours}\"]"
+        ),
+    ))
+}
+
+/// The 101 answer to a raw SPDY/3.1 upgrade speaking the stream protocol `protocol`.
+fn switching_to_spdy(protocol: &'static str) -> Response<Body> {
+    let mut resp = text(101, Bytes::new());
+    resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
+    let h = resp.headers_mut();
+    let value = hyper::header::HeaderValue::from_static;
+    h.insert(hyper::header::CONNECTION, value("Upgrade"));
+    h.insert(hyper::header::UPGRADE, value("SPDY/3.1"));
+    h.insert("x-stream-protocol-version", value(protocol));
+    resp
+}
+
+/// The 101 answer to a WebSocket upgrade with client key `key`, speaking subprotocol
+/// `protocol`.
+fn switching_to_websocket(key: &str, protocol: &'static str) -> Response<Body> {
     let mut resp = text(101, Bytes::new());
     resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
     let h = resp.headers_mut();
@@ -278,7 +332,7 @@ fn switching_to_websocket(key: &str) -> Response<Body> {
     );
     h.insert(
         hyper::header::SEC_WEBSOCKET_PROTOCOL,
-        hyper::header::HeaderValue::from_static(exec::PROTOCOL),
+        hyper::header::HeaderValue::from_static(protocol),
     );
     let accept = derive_accept_key(key.trim().as_bytes());
     if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
@@ -301,16 +355,7 @@ async fn port_forward_upgrade(mut req: Request<Incoming>) -> Response<Body> {
         return text(400, "the path must be /portForward/<namespace>/<pod>");
     };
     let (ns, pod) = (ns.to_string(), pod.to_string());
-    let values = |name: &str| -> Vec<String> {
-        req.headers()
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|p| p.trim().to_string())
-            .filter(|p| !p.is_empty())
-            .collect()
-    };
+    let values = |name: &str| header_values(&req, name);
     let upgrade = values("upgrade");
     let websocket = upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket"));
     let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
@@ -337,16 +382,11 @@ async fn port_forward_upgrade(mut req: Request<Incoming>) -> Response<Body> {
             ),
         );
     }
-    // The kubelet's negotiation: a client naming protocols must name ours.
-    let offered = values("x-stream-protocol-version");
-    if !websocket && !offered.is_empty() && !offered.iter().any(|p| p == portforward::PROTOCOL) {
-        return text(
-            403,
-            format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports [\"{}\"]",
-                portforward::PROTOCOL
-            ),
-        );
+    if !websocket
+        && let Some(refusal) =
+            refuse_unnegotiated(&values("x-stream-protocol-version"), portforward::PROTOCOL)
+    {
+        return refusal;
     }
     let span = tracing::info_span!("port-forward", namespace = %ns, pod = %pod);
     let found = tokio::task::spawn_blocking(move || portforward::find_sandbox(&ns, &pod))
@@ -376,25 +416,10 @@ async fn port_forward_upgrade(mut req: Request<Incoming>) -> Response<Body> {
         }
     };
     tokio::spawn(session.instrument(span));
-    let mut resp = text(101, Bytes::new());
-    resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
-    let h = resp.headers_mut();
-    let value = hyper::header::HeaderValue::from_static;
-    h.insert(hyper::header::CONNECTION, value("Upgrade"));
-    if let Some(key) = key.filter(|_| websocket) {
-        h.insert(hyper::header::UPGRADE, value("websocket"));
-        h.insert(
-            hyper::header::SEC_WEBSOCKET_PROTOCOL,
-            value(portforward::TUNNEL_PROTOCOL),
-        );
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
-            h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
-        }
-    } else {
-        h.insert(hyper::header::UPGRADE, value("SPDY/3.1"));
-        h.insert("x-stream-protocol-version", value(portforward::PROTOCOL));
+    match key.filter(|_| websocket) {
+        Some(key) => switching_to_websocket(&key, portforward::TUNNEL_PROTOCOL),
+        None => switching_to_spdy(portforward::PROTOCOL),
     }
-    resp
 }
 
 /// Streams what is appended to `file` from `offset` until the container stops running, the file

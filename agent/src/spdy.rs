@@ -12,7 +12,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// SPDY's version in every control frame.
 const VERSION: u16 = 3;
@@ -386,6 +388,43 @@ impl FrameWriter {
             })
             .collect()
     }
+}
+
+/// What goes out on a connection: the reply to an accepted stream, or a frame ready to go.
+#[derive(Debug)]
+pub enum Out {
+    Reply(u32),
+    Frame(Bytes),
+}
+
+/// Writes what the returned sender carries to `wr` (replies are header blocks of the
+/// connection's one deflate stream, so one task writes them all, in order) until every sender
+/// is gone or the peer stops reading, then shuts the write side down.
+pub fn spawn_writer<W>(mut wr: W) -> (mpsc::Sender<Out>, JoinHandle<()>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Out>(64);
+    let task = tokio::spawn(async move {
+        let mut w = FrameWriter::default();
+        while let Some(o) = rx.recv().await {
+            let bytes = match o {
+                Out::Reply(id) => match w.syn_reply(id, &[]) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "SPDY reply");
+                        break;
+                    }
+                },
+                Out::Frame(b) => b,
+            };
+            if wr.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    (tx, task)
 }
 
 /// A SYN_STREAM as a Go client builds it (headers deflated with `deflate`, which has the

@@ -420,8 +420,26 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
         }
         None
     };
+    // The inspector reads the node's /proc (it adds one pod, whose pause process is counted
+    // among the pauses).
+    let mut inspector = pod("inspector", false);
+    inspector["spec"]["containers"][0]["securityContext"] = serde_json::json!({"privileged": true});
+    inspector["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "proc", "mountPath": "/host/proc", "readOnly": true}]);
+    inspector["spec"]["volumes"] =
+        serde_json::json!([{"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}]);
+    create(vec![inspector])?;
+    watch_until(
+        &cp,
+        &["inspector".into()],
+        phase,
+        "Running",
+        std::time::Instant::now(),
+        Duration::from_secs(120),
+    )?;
     std::thread::sleep(Duration::from_secs(20));
     let idle_memory = top(&cp);
+    let idle_userspace = node_userspace_memory(&cp)?;
     // Creates pod `name` and returns the time until `path` showed `want` for it.
     let time_one = |name: String, probe: bool, path: &str, want: &str| -> Result<f64> {
         let start = std::time::Instant::now();
@@ -440,7 +458,12 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
             probed[i]
         );
     }
-    let _ = cp.kubectl(&["delete", "pods", "--all", "--wait=false"]);
+    let _ = cp.kubectl(&[
+        "delete",
+        "pods",
+        "--field-selector=metadata.name!=inspector",
+        "--wait=false",
+    ]);
     std::thread::sleep(Duration::from_secs(10));
     let names: Vec<String> = (0..30).map(|i| format!("many-{i}")).collect();
     let start = std::time::Instant::now();
@@ -452,6 +475,7 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     );
     std::thread::sleep(Duration::from_secs(20));
     let busy_memory = top(&cp);
+    let busy_userspace = node_userspace_memory(&cp)?;
     // The agent kill: the time from PID 1's kill to the restarted agent's 30th adoption.
     let left = Duration::from_secs(KILL_AFTER_S + 60).saturating_sub(booted.elapsed());
     vm.wait_for_line("killing the service", left)?;
@@ -484,13 +508,60 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
             "pods_ready_after_agent_restart": all_ready,
             "node_working_set_idle": idle_memory,
             "node_working_set_30_pods": busy_memory,
+            "node_userspace_idle": idle_userspace,
+            "node_userspace_30_pods": busy_userspace,
         },
         "notes": "times from the kubectl create call to the first watch event showing the state (host clock); \
-                  node working set is kubectl top node (whole machine incl. kernel), not userspace RSS",
+                  node working set is kubectl top node (whole machine incl. kernel); node userspace is \
+                  VmRSS and Pss (smaps_rollup) of PID 1, the agent, the runtime and every pause process, \
+                  read from the node's /proc by a privileged pod (idle: the warm-up pod and the inspector \
+                  run; 30 pods: those and the inspector)",
     });
     std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
+}
+
+/// What the node's own processes hold (PID 1, agent, runtime, pause), read from the node's
+/// /proc by the `inspector` pod: per kind the process count, VmRSS and Pss in KiB, and the
+/// totals. RSS counts the pages of the one binary they share once per process; Pss divides
+/// them among the sharers, so its total is what the node pays.
+fn node_userspace_memory(cp: &qemu_tests::cluster::ControlPlane) -> Result<serde_json::Value> {
+    const SCRIPT: &str = r#"
+for p in /host/proc/[0-9]*; do
+  set -- $(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  if [ "${p##*/}" = 1 ]; then k=init; else
+    case "$2" in agent|runtime|pause) k=$2;; *) continue;; esac
+  fi
+  r=$(awk '/^VmRSS:/{print $2}' $p/status 2>/dev/null)
+  s=$(awk '/^Pss:/{print $2}' $p/smaps_rollup 2>/dev/null)
+  # A process that ended meanwhile has nothing to read.
+  [ -n "$r" ] && [ -n "$s" ] && echo "$k $r $s"
+done; true"#;
+    let out = cp.kubectl(&["exec", "inspector", "--", "sh", "-c", SCRIPT])?;
+    let mut kinds = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [kind, rss, pss] = f[..] else {
+            anyhow::bail!("node memory: {line:?} in {out:?}");
+        };
+        let e = kinds.entry(kind.to_string()).or_default();
+        e.0 += 1;
+        e.1 += rss.parse::<u64>()?;
+        e.2 += pss.parse::<u64>()?;
+    }
+    for k in ["init", "agent", "runtime"] {
+        ensure!(
+            kinds.get(k).map(|e| e.0) == Some(1),
+            "node memory: no single {k} in {out:?}"
+        );
+    }
+    let (rss, pss) = kinds.values().fold((0, 0), |(r, p), e| (r + e.1, p + e.2));
+    let mut doc = serde_json::json!({"total_rss_kib": rss, "total_pss_kib": pss});
+    for (k, (n, r, p)) in kinds {
+        doc[k] = serde_json::json!({"processes": n, "rss_kib": r, "pss_kib": p});
+    }
+    Ok(doc)
 }
 
 /// Runtime benchmark: `runtime-bench` in a node VM per arch, with Debian's runc and crun (and

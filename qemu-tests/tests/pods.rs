@@ -19,9 +19,24 @@ fn kubectl_status(
     args: &[&str],
     input: Option<&str>,
 ) -> Result<(Option<i32>, String, String)> {
+    kubectl_status_env(cp, &[], args, input)
+}
+
+/// What makes kubectl 1.32 use SPDY for exec and attach (its fallback, and what every client
+/// built on client-go before 1.30 speaks).
+const SPDY_EXEC: [(&str, &str); 1] = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+
+/// [`kubectl_status`] with `env` added to kubectl's environment.
+fn kubectl_status_env(
+    cp: &ControlPlane,
+    env: &[(&str, &str)],
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<(Option<i32>, String, String)> {
     use std::io::Write;
     let mut child = std::process::Command::new("kubectl")
         .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .envs(env.iter().copied())
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -96,11 +111,13 @@ fn node_identity(cp: &ControlPlane, name: &str) -> Result<(std::path::PathBuf, s
     Ok((cert_path, key_path))
 }
 
-/// Runs kubectl with stdout piped and returns its first `n` lines (within 60 s), then kills it.
-fn follow_lines(cp: &ControlPlane, args: &[&str], n: usize) -> Result<Vec<String>> {
+/// Runs kubectl (`env` added to its environment) with stdout piped and returns its first `n`
+/// lines (within 60 s), then kills it.
+fn follow_lines(cp: &ControlPlane, env: &[(&str, &str)], args: &[&str], n: usize) -> Result<Vec<String>> {
     use std::io::BufRead;
     let mut child = std::process::Command::new("kubectl")
         .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .envs(env.iter().copied())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -245,6 +262,19 @@ fn boot_node_on(
     Ok((f, vm, machine_config))
 }
 
+/// `kubectl logs <pod>` once it shows something; after `limit`, whatever it shows (or its
+/// error).
+fn logs_once_written(cp: &ControlPlane, pod: &str, limit: Duration) -> Result<String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match cp.kubectl(&["logs", pod]) {
+            Ok(logs) if !logs.is_empty() => return Ok(logs),
+            shown if t0.elapsed() > limit => return shown,
+            _ => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
 /// The pod lifecycle on an arm64 node: a running pod's logs and exec, a failing pod that never
 /// restarts, a crashing one restarted with back-off, an init container and a native sidecar
 /// before a main container whose readiness probe passes, and a graceful delete.
@@ -273,7 +303,8 @@ fn pod_lifecycle_on_arm64() -> Result<()> {
     cp.create(&staged)?;
 
     cp.wait_for(&["pod", "web"], "{.status.phase}", |p| p == "Running", POD)?;
-    let logs = cp.kubectl(&["logs", "web"])?;
+    // Running means started: the echo reaches the log a moment later (seconds under TCG).
+    let logs = logs_once_written(&cp, "web", Duration::from_secs(60))?;
     ensure!(logs.trim() == "up", "logs: {logs:?}");
     let machine = cp.kubectl(&["exec", "web", "--", "uname", "-m"])?;
     ensure!(machine.trim() == "aarch64", "exec: {machine:?}");
@@ -746,7 +777,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         stamped.starts_with("20") && stamped.contains("Z tick") && stamped.lines().count() == 1,
         "logs --tail=1 --timestamps: {stamped:?}"
     );
-    let ticks = follow_lines(&cp, &["logs", "-f", "talk", "--tail=1"], 3)?;
+    let ticks = follow_lines(&cp, &[], &["logs", "-f", "talk", "--tail=1"], 3)?;
     let numbers: Vec<u32> = ticks
         .iter()
         .filter_map(|l| l.strip_prefix("tick")?.parse().ok())
@@ -815,16 +846,88 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "{bad:?}"
     );
 
-    // kubectl attach (WebSocket v5): the container's output from now on, until it stops.
-    let attached = follow_lines(&cp, &["attach", "talk"], 2)?;
-    let numbers: Vec<u32> = attached
-        .iter()
-        .filter_map(|l| l.strip_prefix("tick")?.parse().ok())
-        .collect();
+    // The same over SPDY/3.1 (v4.channel.k8s.io streams). kubectl -v=6 names each request's
+    // method: SPDY upgrades are POSTs, WebSocket ones GETs.
+    let out = kubectl_status_env(
+        &cp,
+        &SPDY_EXEC,
+        &[
+            "-v=6",
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        None,
+    )?;
     ensure!(
-        numbers.len() == 2 && numbers[1] == numbers[0] + 1 && numbers[0] > 2,
-        "attach streams new output only: {attached:?}"
+        out.0 == Some(3) && out.1 == "out\n" && out.2.contains("err") && out.2.contains("POST https://"),
+        "exec over SPDY, exit code: {out:?}"
     );
+    let echoed = kubectl_status_env(
+        &cp,
+        &SPDY_EXEC,
+        &["exec", "-i", "web", "--", "sh", "-c", "cat; echo done"],
+        Some("from stdin\n"),
+    )?;
+    ensure!(
+        echoed.0 == Some(0) && echoed.1 == "from stdin\ndone\n",
+        "exec -i over SPDY: {echoed:?}"
+    );
+    let tty = std::process::Command::new("script")
+        .env("KUBECONFIG", cp.dir().join("admin.kubeconfig"))
+        .envs(SPDY_EXEC)
+        .args([
+            "-qec",
+            "stty cols 91 rows 17; kubectl exec -it web -- sh -c 'test -t 0 && echo IS-A-TTY; sleep 1; stty size; exit 5'",
+            "/dev/null",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    ensure!(
+        tty.status.code() == Some(5) && shown.contains("IS-A-TTY") && shown.contains("17 91"),
+        "exec -it over SPDY (the terminal's size sent on the resize stream): {:?} {shown:?}",
+        tty.status
+    );
+
+    // The official Python client's exec (WebSocket v5, and v4 as its older releases speak).
+    let python = std::env::var("NODEOS_PYTHON").map_err(|_| {
+        anyhow::anyhow!(
+            "NODEOS_PYTHON (the venv python with `kubernetes`) must be set: ./build.sh test vm sets it"
+        )
+    })?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/exec_stream.py");
+    let py = std::process::Command::new(python)
+        .arg(script)
+        .arg(cp.dir().join("admin.kubeconfig"))
+        .arg("web")
+        .output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&py.stdout),
+        String::from_utf8_lossy(&py.stderr)
+    );
+    ensure!(
+        py.status.success() && said.contains("python-exec: ok"),
+        "Python client exec: {said}"
+    );
+
+    // kubectl attach (WebSocket v5, then SPDY): the container's output from now on, until it
+    // stops.
+    for env in [&[][..], &SPDY_EXEC[..]] {
+        let attached = follow_lines(&cp, env, &["attach", "talk"], 2)?;
+        let numbers: Vec<u32> = attached
+            .iter()
+            .filter_map(|l| l.strip_prefix("tick")?.parse().ok())
+            .collect();
+        ensure!(
+            numbers.len() == 2 && numbers[1] == numbers[0] + 1 && numbers[0] > 2,
+            "attach streams new output only ({env:?}): {attached:?}"
+        );
+    }
     cp.create(&pod(
         "brief",
         node,
@@ -891,16 +994,8 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
 
     // Environment.
     cp.wait_for(&["pod", "envy"], "{.status.phase}", |p| p == "Running", POD)?;
-    let deadline = std::time::Instant::now() + POD;
-    while cp.kubectl(&["logs", "envy"]).unwrap_or_default().is_empty() {
-        ensure!(std::time::Instant::now() < deadline, "envy printed nothing");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    ensure!(
-        cp.kubectl(&["logs", "envy"])? == "hello-fast fast s3cret\n",
-        "envy: {}",
-        cp.kubectl(&["logs", "envy"])?
-    );
+    let envy = logs_once_written(&cp, "envy", POD)?;
+    ensure!(envy == "hello-fast fast s3cret\n", "envy: {envy:?}");
     let waiting = cp.wait_for(
         &["pod", "unconf"],
         "{.status.containerStatuses[0].state.waiting.reason}={.status.containerStatuses[0].state.waiting.message}",
@@ -916,12 +1011,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
 
     // Volumes.
     cp.wait_for(&["pod", "vols"], "{.status.phase}", |p| p == "Running", POD)?;
-    let deadline = std::time::Instant::now() + POD;
-    while cp.kubectl(&["logs", "vols"]).unwrap_or_default().is_empty() {
-        ensure!(std::time::Instant::now() < deadline, "vols printed nothing");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let shown = cp.kubectl(&["logs", "vols"])?;
+    let shown = logs_once_written(&cp, "vols", POD)?;
     ensure!(
         shown == "init-wrote fast s3cret app=\"vols\" default token\n",
         "vols: {shown:?}"
@@ -1387,6 +1477,48 @@ fn pods_take_input_terminals_debug_containers_and_drain_readiness() -> Result<()
     ensure!(
         st.ends_with(" Running") && st.starts_with("0 "),
         "a debug container is never restarted: {st:?}"
+    );
+
+    // `kubectl debug node/<node>`: a pod on the node's network, pid and IPC namespaces with the
+    // node's root at /host (kubectl's legacy profile). Its address is the node's.
+    let created = cp.kubectl(&[
+        "debug",
+        &format!("node/{node}"),
+        &format!("--image={image}"),
+        "--attach=false",
+        "--",
+        "sh",
+        "-c",
+        "ip -o link show nodeos0; tr '\\0' ' ' < /proc/1/cmdline; echo; ls /host/var/log; hostname",
+    ])?;
+    let debugger = created
+        .split_whitespace()
+        .find(|w| w.starts_with("node-debugger-"))
+        .ok_or_else(|| anyhow::anyhow!("no debugging pod named: {created:?}"))?
+        .to_string();
+    cp.wait_for(&["pod", &debugger], "{.status.phase}", |p| p == "Succeeded", POD)?;
+    let seen = cp.kubectl(&["logs", &debugger])?;
+    ensure!(
+        seen.contains("nodeos0:") && seen.contains("pods") && seen.lines().last() == Some(node),
+        "the debugging pod sees the node's network, root and name: {seen:?}"
+    );
+    ensure!(
+        seen.lines()
+            .nth(1)
+            .is_some_and(|l| !l.is_empty() && !l.starts_with("sh ")),
+        "pid 1 is the node's init, not the pod's: {seen:?}"
+    );
+    let ips = cp.kubectl(&[
+        "get",
+        "pod",
+        &debugger,
+        "-o",
+        "jsonpath={.status.podIP} {.status.hostIP}",
+    ])?;
+    let (pod_ip, host_ip) = ips.split_once(' ').unwrap_or_default();
+    ensure!(
+        !pod_ip.is_empty() && pod_ip == host_ip,
+        "a pod on the node's network has the node's address: {ips:?}"
     );
 
     // Readiness keeps being probed while the pod terminates (NODE-25): the container stops

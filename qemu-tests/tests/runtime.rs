@@ -16,6 +16,7 @@ const CASES: &[&str] = &[
     "hostile_images",
     "namespaces",
     "pod_network",
+    "host_namespaces",
     "share_process_namespace",
     "cgroup_values",
     "oom_killed",

@@ -45,6 +45,18 @@ pub struct PodResources {
     pub memory_limit: Option<u64>,
 }
 
+/// Which of the node's namespaces a pod shares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostNamespaces {
+    #[serde(default)]
+    pub network: bool,
+    #[serde(default)]
+    pub pid: bool,
+    #[serde(default)]
+    pub ipc: bool,
+}
+
 /// A pod sandbox to create.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +79,10 @@ pub struct SandboxConfig {
     pub resources: PodResources,
     #[serde(default)]
     pub share_process_namespace: bool,
+    /// The node's namespaces the pod shares instead of having its own (`hostNetwork`, which
+    /// brings the node's UTS namespace too, `hostPID`, `hostIPC`).
+    #[serde(default)]
+    pub host: HostNamespaces,
     /// The directory for the pod's container logs (`/var/log/pods/<ns>_<name>_<uid>`).
     #[serde(default)]
     pub log_directory: Option<PathBuf>,

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::cgroups;
 use crate::image::store::ImageConfig;
 use crate::seccomp::Profile;
-use runtime_api::{ContainerConfig, Mount, Resources};
+use runtime_api::{ContainerConfig, HostNamespaces, Mount, Resources};
 
 /// containerd's default capability set minus CAP_NET_RAW and CAP_MKNOD. NET_RAW (raw and packet
 /// sockets: spoofing, ARP poisoning on the pod bridge) is what most container escapes and
@@ -258,10 +258,27 @@ fn bind(source: &str, destination: &str, read_only: bool) -> Value {
     json!({"destination": destination, "type": "bind", "source": source, "options": options})
 }
 
-/// The pause sandbox: new pid, ipc, uts, network and mount namespaces; `pause_root` holds the
-/// node binary as `/pause`.
-pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
-    json!({
+/// The pause sandbox: new pid, ipc, uts, network and mount namespaces, except those of the
+/// node it shares (`host`; the node's network brings its UTS namespace, and then neither the
+/// hostname nor the network sysctls are the sandbox's to set); `pause_root` holds the node
+/// binary as `/pause`.
+pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
+    let mut namespaces = Vec::new();
+    namespaces.extend((!host.pid).then(|| json!({"type": "pid"})));
+    namespaces.extend((!host.ipc).then(|| json!({"type": "ipc"})));
+    if !host.network {
+        namespaces.extend([json!({"type": "uts"}), json!({"type": "network"})]);
+    }
+    namespaces.push(json!({"type": "mount"}));
+    let sysctl: serde_json::Map<_, _> = if host.network {
+        serde_json::Map::new()
+    } else {
+        SANDBOX_SYSCTLS
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect()
+    };
+    let mut spec = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
@@ -280,14 +297,20 @@ pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=64k"]},
         ],
         "linux": {
-            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "mount"}],
-            "sysctl": SANDBOX_SYSCTLS.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "namespaces": namespaces,
+            "sysctl": sysctl,
             "cgroupsPath": cgroup,
             "resources": {"cpu": {"shares": 2}},
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
         },
-    })
+    });
+    if host.network
+        && let Some(o) = spec.as_object_mut()
+    {
+        o.remove("hostname");
+    }
+    spec
 }
 
 /// Where a container's pod-level files live, and the sandbox's namespaces.
@@ -295,6 +318,9 @@ pub fn sandbox(hostname: &str, cgroup: &str) -> Value {
 pub struct SandboxPaths {
     pub pause_pid: i32,
     pub share_pid: bool,
+    /// The node's namespaces the pod shares: the container stays in the runtime's (the
+    /// node's) for those.
+    pub host: HostNamespaces,
     /// A process whose pid namespace the container joins (an ephemeral container's target),
     /// whatever `share_pid` says.
     pub target_pid: Option<i32>,
@@ -379,14 +405,24 @@ pub fn container(
         resources["memory"] = json!({"limit": m});
     }
     let ns = |kind: &str| json!({"type": kind, "path": format!("/proc/{}/ns/{kind}", sb.pause_pid)});
-    let net = json!({"type": "network", "path": format!("/proc/{}/ns/net", sb.pause_pid)});
-    let pid = if let Some(target) = sb.target_pid {
-        json!({"type": "pid", "path": format!("/proc/{target}/ns/pid")})
+    let pid = if sb.host.pid {
+        None
+    } else if let Some(target) = sb.target_pid {
+        Some(json!({"type": "pid", "path": format!("/proc/{target}/ns/pid")}))
     } else if sb.share_pid {
-        ns("pid")
+        Some(ns("pid"))
     } else {
-        json!({"type": "pid"})
+        Some(json!({"type": "pid"}))
     };
+    let mut namespaces: Vec<Value> = pid.into_iter().collect();
+    namespaces.extend([json!({"type": "mount"}), json!({"type": "cgroup"})]);
+    if !sb.host.network {
+        namespaces.extend([
+            json!({"type": "network", "path": format!("/proc/{}/ns/net", sb.pause_pid)}),
+            ns("uts"),
+        ]);
+    }
+    namespaces.extend((!sb.host.ipc).then(|| ns("ipc")));
     let mut mounts = base_mounts();
     if cfg.privileged {
         // Writable /sys and cgroupfs (containerd's privileged defaults).
@@ -435,7 +471,7 @@ pub fn container(
         "root": {"path": "rootfs", "readonly": cfg.read_only_root_filesystem},
         "mounts": mounts,
         "linux": {
-            "namespaces": [pid, {"type": "mount"}, {"type": "cgroup"}, net, ns("ipc"), ns("uts")],
+            "namespaces": namespaces,
             "cgroupsPath": cgroup,
             "resources": resources,
             "devices": devices,
@@ -490,6 +526,7 @@ mod tests {
         SandboxPaths {
             pause_pid: 42,
             share_pid: false,
+            host: HostNamespaces::default(),
             target_pid: None,
             hosts: "/h".into(),
             hostname: "/n".into(),
@@ -697,7 +734,70 @@ mod tests {
 
     #[test]
     fn sandboxes_allow_unprivileged_ping() {
-        let s = sandbox("h", "/k/p");
+        let s = sandbox("h", "/k/p", HostNamespaces::default());
         assert_eq!(s["linux"]["sysctl"]["net.ipv4.ping_group_range"], "0 2147483647");
+    }
+
+    fn kinds(spec: &Value) -> Vec<String> {
+        spec["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .map(|n| n["type"].as_str().expect("type").to_string())
+            .collect()
+    }
+
+    #[test]
+    fn pods_on_the_nodes_namespaces_keep_out_of_new_ones() {
+        let own = sandbox("h", "/k/p", HostNamespaces::default());
+        assert_eq!(kinds(&own), ["pid", "ipc", "uts", "network", "mount"]);
+        assert_eq!(own["hostname"], "h");
+        // hostNetwork: the node's network and UTS namespaces; its sysctls are not the pod's.
+        let host = |network, pid, ipc| HostNamespaces { network, pid, ipc };
+        let net = sandbox("h", "/k/p", host(true, false, false));
+        assert_eq!(kinds(&net), ["pid", "ipc", "mount"]);
+        assert!(
+            net.get("hostname").is_none(),
+            "no hostname without a UTS namespace"
+        );
+        assert_eq!(net["linux"]["sysctl"], json!({}));
+        assert_eq!(
+            kinds(&sandbox("h", "/k/p", host(false, true, true))),
+            ["uts", "network", "mount"]
+        );
+        // Containers join the pause's namespaces, or stay in the node's.
+        let c = |host: HostNamespaces, share_pid| {
+            let caps = capabilities(&[], &[]).expect("defaults");
+            let granted = Privileges {
+                user: (0, 0),
+                caps: &caps,
+                devices: &[],
+                profile: Profile::RuntimeDefault,
+            };
+            let sb = SandboxPaths {
+                host,
+                share_pid,
+                ..sandbox_paths()
+            };
+            kinds(&container(
+                &ContainerConfig::default(),
+                &ImageConfig::default(),
+                &sb,
+                "/c",
+                0,
+                granted,
+            ))
+        };
+        let all = ["pid", "mount", "cgroup", "network", "uts", "ipc"];
+        assert_eq!(c(HostNamespaces::default(), false), all);
+        assert_eq!(
+            c(host(true, false, false), true),
+            ["pid", "mount", "cgroup", "ipc"]
+        );
+        assert_eq!(
+            c(host(false, true, false), true),
+            ["mount", "cgroup", "network", "uts", "ipc"]
+        );
+        assert_eq!(c(host(true, true, true), false), ["mount", "cgroup"]);
     }
 }

@@ -143,7 +143,7 @@ pub fn syscall_errno(nr: i64, a: u64, b: u64) -> i32 {
 }
 
 /// The descriptors of this process that are sockets (`/proc/self/fd`).
-pub fn open_sockets() -> std::collections::BTreeSet<i32> {
+fn open_sockets() -> std::collections::BTreeSet<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return Default::default();
     };
@@ -155,11 +155,25 @@ pub fn open_sockets() -> std::collections::BTreeSet<i32> {
         .collect()
 }
 
+/// Runs a libcontainer build; when it fails, closes the sockets it opened and left behind
+/// ([`close_sockets_since`]). For the runtime's single thread only.
+pub fn closing_sockets_on_failure<T, E>(build: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let before = open_sockets();
+    let built = build();
+    if built.is_err() {
+        let closed = close_sockets_since(&before);
+        if closed > 0 {
+            tracing::info!(closed, "closed the sockets of a failed libcontainer build");
+        }
+    }
+    built
+}
+
 /// Closes the sockets opened since `before` was taken: what a failed libcontainer build left
 /// open (its channels to the processes it started; measured: ~2 sockets per failed exec into
 /// a container that was exiting). Only for a single-threaded caller, right after the failed
 /// build, when nothing else can have opened a socket meanwhile.
-pub fn close_sockets_since(before: &std::collections::BTreeSet<i32>) -> usize {
+fn close_sockets_since(before: &std::collections::BTreeSet<i32>) -> usize {
     let mut closed = 0;
     for fd in open_sockets().difference(before) {
         // SAFETY: the descriptor was opened during the failed build by libcontainer, whose

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 use runtime_api::{
-    Client, ClientError, ContainerConfig, Dns, ErrorKind, PodResources, PullPolicy, QosClass, Resources,
-    SandboxConfig, SeccompProfile,
+    Client, ClientError, ContainerConfig, Dns, ErrorKind, HostNamespaces, PodResources, PullPolicy, QosClass,
+    Resources, SandboxConfig, SeccompProfile,
 };
 
 use super::env::EnvError;
@@ -150,6 +150,11 @@ pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
         ))),
         hostname: spec.and_then(|s| s.hostname.clone()),
         share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
+        host: HostNamespaces {
+            network: spec.and_then(|s| s.host_network).unwrap_or(false),
+            pid: spec.and_then(|s| s.host_pid).unwrap_or(false),
+            ipc: spec.and_then(|s| s.host_ipc).unwrap_or(false),
+        },
         name,
         namespace: ns,
         uid,

@@ -441,11 +441,23 @@ pub fn pod_status(pod: &Pod, obs: &Observed, node_ip: Option<&str>, now: SystemT
         status.host_ip = Some(ip.into());
         status.host_ips = Some(vec![HostIP { ip: ip.into() }]);
     }
-    if let Some(ip) = obs.sandbox.as_ref().and_then(|s| s.ip.clone()) {
+    if let Some(ip) = pod_ip(pod, obs, node_ip) {
         status.pod_ip = Some(ip.clone());
         status.pod_ips = Some(vec![PodIP { ip }]);
     }
     status
+}
+
+/// The pod's address: its sandbox's, or the node's for a pod on the node's network (it has
+/// no sandbox address; the kubelet reports the host's).
+pub fn pod_ip(pod: &Pod, obs: &Observed, node_ip: Option<&str>) -> Option<String> {
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+    let sandbox = obs.sandbox.as_ref()?;
+    match (&sandbox.ip, host_network) {
+        (Some(ip), _) => Some(ip.clone()),
+        (None, true) => node_ip.map(str::to_string),
+        (None, false) => None,
+    }
 }
 
 #[cfg(test)]
@@ -992,5 +1004,45 @@ mod tests {
         });
         assert_eq!(ready(&p).0, "True");
         let _ = instance;
+    }
+
+    #[test]
+    fn a_pod_on_the_nodes_network_has_the_nodes_address() {
+        let mut host = spec("Always", &[], &["main"]);
+        host.host_network = Some(true);
+        let no_address = Some(Sandbox {
+            ip: None,
+            ..sandbox(true).expect("sandbox")
+        });
+        let cases = [
+            (
+                spec("Always", &[], &["main"]),
+                sandbox(true),
+                Some("10.0.2.15"),
+                Some("10.244.1.5"),
+            ),
+            (
+                spec("Always", &[], &["main"]),
+                no_address.clone(),
+                Some("10.0.2.15"),
+                None,
+            ),
+            (
+                host.clone(),
+                no_address.clone(),
+                Some("10.0.2.15"),
+                Some("10.0.2.15"),
+            ),
+            (host.clone(), no_address, None, None),
+            // No sandbox yet: no address, even on the node's network.
+            (host, None, Some("10.0.2.15"), None),
+        ];
+        for (i, (spec, sb, node_ip, want)) in cases.into_iter().enumerate() {
+            let p = pod(spec);
+            let obs = observed(sb, &[]);
+            assert_eq!(pod_ip(&p, &obs, node_ip).as_deref(), want, "case {i}");
+            let s = pod_status(&p, &obs, node_ip, at(10));
+            assert_eq!(s.pod_ip.as_deref(), want, "status, case {i}");
+        }
     }
 }

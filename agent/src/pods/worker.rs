@@ -637,6 +637,11 @@ impl Worker {
         ids
     }
 
+    /// The pod's address (the node's for a pod on the node's network).
+    fn pod_ip(&self, pod: &Pod) -> Option<String> {
+        status::pod_ip(pod, &self.obs, self.ctx.node.node_ip.as_deref())
+    }
+
     /// Pulls, creates and starts container `name` in the sandbox (a restart when it ran before).
     async fn start(&mut self, pod: &Pod, name: &str) -> Option<SystemTime> {
         let spec = spec_container(pod, name)?;
@@ -673,10 +678,11 @@ impl Worker {
                 .map(|i| Some(i.id.clone()))
                 .ok_or(StartError::TargetNotRunning { name: t }),
         };
+        let pod_ip = self.pod_ip(pod);
         let cfg = self
             .sources(pod, &spec)
             .await
-            .and_then(|sources| env::resolve(pod, &spec, &sources, &node, sandbox.ip.as_deref()))
+            .and_then(|sources| env::resolve(pod, &spec, &sources, &node, pod_ip.as_deref()))
             .map_err(StartError::from)
             .and_then(|env| {
                 let mut cfg = container::container_config(pod, &spec, restarts, &node, &env);
@@ -752,7 +758,7 @@ impl Worker {
             return;
         };
         let grace = pod_grace(pod);
-        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let pod_ip = self.pod_ip(pod);
         // The hook has no deadline of its own upstream; two minutes bound a hung one here.
         let r = hooks::run(h, &spec, &id, pod, pod_ip.as_deref(), Duration::from_secs(120)).await;
         if let Err(e) = r {
@@ -769,7 +775,7 @@ impl Worker {
     /// and when the next probe is due.
     async fn probe(&mut self, pod: &Pod, kinds: &[Kind]) -> (bool, Option<SystemTime>) {
         let (mut changed, mut next) = (false, None::<SystemTime>);
-        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let pod_ip = self.pod_ip(pod);
         let names: Vec<String> = self.obs.containers.keys().cloned().collect();
         for name in names {
             let Some(spec) = spec_container(pod, &name) else {
@@ -949,7 +955,7 @@ impl Worker {
         let empty = env::Sources::default();
         let sources = fetched.as_ref().unwrap_or(&empty);
         let pod_dir = volumes::pod_dir(std::path::Path::new(volumes::ROOT), &self.uid);
-        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let pod_ip = self.pod_ip(pod);
         let mut dirs = BTreeMap::new();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             // A volume made from a source that could not be read is left as it is.
@@ -1145,7 +1151,7 @@ impl Worker {
             .collect();
         events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
         let deadline = Instant::now() + Duration::from_secs(grace);
-        let pod_ip = self.obs.sandbox.as_ref().and_then(|s| s.ip.clone());
+        let pod_ip = self.pod_ip(pod);
         let stops = containers.into_iter().map(|(name, id, _)| {
             let spec = spec_container(pod, &name);
             let pod_ip = pod_ip.clone();

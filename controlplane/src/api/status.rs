@@ -98,15 +98,7 @@ impl ApiError {
 
     /// 422 with one cause: `<Kind> "<name>" is invalid: <field>: <message>`.
     pub fn invalid(res: &Resource, name: &str, field: &str, message: &str) -> Self {
-        Self::new(
-            422,
-            "Invalid",
-            format!("{} \"{name}\" is invalid: {field}: {message}", res.kind),
-        )
-        .with_details(json!({
-            "name": name, "group": res.group, "kind": res.kind,
-            "causes": [{ "reason": "FieldValueInvalid", "message": message, "field": field }]
-        }))
+        Self::invalid_fields(res, name, &[(field.to_string(), message.to_string())])
     }
 
     /// 422 with every field error, as upstream aggregates them: `<Kind> "<name>" is invalid:

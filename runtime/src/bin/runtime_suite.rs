@@ -216,6 +216,70 @@ fn namespaces(s: &mut Suite) -> R {
     s.remove_pod(&sb)
 }
 
+/// `hostNetwork`, `hostPID` and `hostIPC`: the sandbox and its containers stay in the node's
+/// namespaces (network with UTS), get no pod address, set none of the node's sysctls, and
+/// leave nothing behind.
+fn host_namespaces(s: &mut Suite) -> R {
+    let ping_range =
+        || fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").map_err(e("ping_group_range"));
+    let before = ping_range()?;
+    s.pods += 1;
+    let uid = format!("00000000-0000-4000-8000-{:012}", s.pods);
+    let sb = s
+        .client
+        .run_sandbox(SandboxConfig {
+            name: "on-host".into(),
+            namespace: "default".into(),
+            uid: uid.clone(),
+            host: runtime_api::HostNamespaces {
+                network: true,
+                pid: true,
+                ipc: true,
+            },
+            log_directory: Some(PathBuf::from(format!("{LOGS}/default_on-host_{uid}"))),
+            ..Default::default()
+        })
+        .map_err(e("run sandbox"))?;
+    ensure(sb.ip.is_none(), || {
+        format!("a pod on the node's network got {:?}", sb.ip)
+    })?;
+    let c = s.container(
+        &sb,
+        "a",
+        "hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; sleep 1000",
+        Resources::default(),
+    )?;
+    let pid = pid_of(&c)?;
+    let me = std::process::id() as i32;
+    for kind in ["net", "uts", "ipc", "pid"] {
+        ensure(ns(pid, kind)? == ns(me, kind)?, || {
+            format!("the container's {kind} ns is not the node's")
+        })?;
+    }
+    ensure(ns(pid, "mnt")? != ns(me, "mnt")?, || {
+        "the container shares the node's mount ns".into()
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let log = log_text(c.log_path.as_deref().ok_or("no log path")?)?;
+    let node = nix::unistd::gethostname().map_err(e("hostname"))?;
+    ensure(log.starts_with(&format!("{}\n", node.to_string_lossy())), || {
+        format!("hostname is not the node's: {log:?}")
+    })?;
+    let init = fs::read_to_string("/proc/1/cmdline")
+        .map_err(e("cmdline"))?
+        .replace('\0', " ");
+    ensure(log.lines().nth(1) == Some(init.as_str()), || {
+        format!("pid 1 is not the node's init ({init:?}): {log:?}")
+    })?;
+    ensure(ping_range()? == before, || {
+        "the node's ping_group_range changed".into()
+    })?;
+    s.remove_pod(&sb)?;
+    ensure(ping_range()? == before, || {
+        "the node's ping_group_range changed".into()
+    })
+}
+
 fn pod_network(s: &mut Suite) -> R {
     let a = s.sandbox("net-a", PodResources::default(), false)?;
     let b = s.sandbox("net-b", PodResources::default(), false)?;
@@ -1531,6 +1595,7 @@ fn main() {
         ("hostile_images", hostile_images),
         ("namespaces", namespaces),
         ("pod_network", pod_network),
+        ("host_namespaces", host_namespaces),
         ("share_process_namespace", share_process_namespace),
         ("cgroup_values", cgroup_values),
         ("oom_killed", oom_killed),

@@ -64,6 +64,7 @@ impl Runtime {
         let paths = spec::SandboxPaths {
             pause_pid: sb.rec.status.pause_pid.unwrap_or(0),
             share_pid: sb.rec.config.share_process_namespace,
+            host: sb.rec.config.host,
             target_pid: self.target_pid(sandbox_id, config.target_container_id.as_deref())?,
             hosts: sb.dir.join("hosts").display().to_string(),
             hostname: sb.dir.join("hostname").display().to_string(),
@@ -141,21 +142,23 @@ impl Runtime {
             // the master back over a socket of ours, as runc does for containerd.
             let console = config.tty.then(|| console_socket(&dir)).transpose()?;
             let c = crate::sys::with_child_oom_score(None, || {
-                let b = ContainerBuilder::new(id.clone(), SyscallType::default())
-                    .with_root_path(&self.youki_root)
-                    .map_err(lc_err("container state root"))?
-                    .with_executor(SeccompExecutor { profile });
-                let b = match &console {
-                    Some((_, path)) => b.with_console_socket(Some(path)),
-                    None => b.with_stdin(stdin).with_stdout(out_w).with_stderr(err_w),
-                };
-                b.validate_id()
-                    .map_err(lc_err("container id"))?
-                    .as_init(&dir)
-                    .with_systemd(false)
-                    .with_detach(true)
-                    .build()
-                    .map_err(lc_err(format!("creating container {}", config.name)))
+                crate::sys::closing_sockets_on_failure(|| {
+                    let b = ContainerBuilder::new(id.clone(), SyscallType::default())
+                        .with_root_path(&self.youki_root)
+                        .map_err(lc_err("container state root"))?
+                        .with_executor(SeccompExecutor { profile });
+                    let b = match &console {
+                        Some((_, path)) => b.with_console_socket(Some(path)),
+                        None => b.with_stdin(stdin).with_stdout(out_w).with_stderr(err_w),
+                    };
+                    b.validate_id()
+                        .map_err(lc_err("container id"))?
+                        .as_init(&dir)
+                        .with_systemd(false)
+                        .with_detach(true)
+                        .build()
+                        .map_err(lc_err(format!("creating container {}", config.name)))
+                })
             })?;
             let pipes = match console {
                 Some((listener, path)) => {

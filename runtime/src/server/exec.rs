@@ -144,28 +144,25 @@ impl Runtime {
             .status
             .pid
             .and_then(|pid| crate::sys::oom_score_adj(pid).ok());
-        let sockets = crate::sys::open_sockets();
         let started = crate::sys::with_child_oom_score(adj, || {
-            ContainerBuilder::new(id.to_string(), SyscallType::default())
-                .with_root_path(&self.youki_root)
-                .map_err(lc_err("container state root"))?
-                .with_executor(SeccompExecutor {
-                    profile: c.rec.profile,
-                })
-                .with_stdin(inp)
-                .with_stdout(out)
-                .with_stderr(err)
-                .as_tenant()
-                .with_container_args(command)
-                .with_detach(true)
-                .build()
-                .map_err(lc_err(format!("exec in container {id}")))
+            crate::sys::closing_sockets_on_failure(|| {
+                ContainerBuilder::new(id.to_string(), SyscallType::default())
+                    .with_root_path(&self.youki_root)
+                    .map_err(lc_err("container state root"))?
+                    .with_executor(SeccompExecutor {
+                        profile: c.rec.profile,
+                    })
+                    .with_stdin(inp)
+                    .with_stdout(out)
+                    .with_stderr(err)
+                    .as_tenant()
+                    .with_container_args(command)
+                    .with_detach(true)
+                    .build()
+                    .map_err(lc_err(format!("exec in container {id}")))
+            })
         });
         if started.is_err() {
-            let closed = crate::sys::close_sockets_since(&sockets);
-            if closed > 0 {
-                tracing::info!(closed, "closed the sockets of a failed exec");
-            }
             self.strays = true;
             self.reap_strays();
         }

@@ -47,7 +47,7 @@ impl Runtime {
                 let mut status = status;
                 status.ready = true;
                 status.pause_pid = Some(pid);
-                status.ip = Some(ip.to_string());
+                status.ip = ip.map(|ip| ip.to_string());
                 self.sandboxes.insert(
                     id.clone(),
                     Sandbox {
@@ -66,7 +66,9 @@ impl Runtime {
                 Ok(status)
             }
             Err(e) => {
-                self.teardown_sandbox_dir(&id, &dir, &slice);
+                // libcontainer may have left a process of the failed create behind.
+                self.strays = true;
+                self.teardown_sandbox_dir(&id, &dir, &slice, config.host.network);
                 Err(e)
             }
         }
@@ -78,8 +80,16 @@ impl Runtime {
         dir: &Path,
         config: &SandboxConfig,
         slice: &str,
-    ) -> Result<(i32, OwnedFd, std::net::Ipv4Addr), RuntimeError> {
-        let hostname = config.hostname.clone().unwrap_or_else(|| config.name.clone());
+    ) -> Result<(i32, OwnedFd, Option<std::net::Ipv4Addr>), RuntimeError> {
+        // On the node's network the pod has the node's UTS namespace, so its name.
+        let hostname = if config.host.network {
+            nix::unistd::gethostname()
+                .map_err(errno_ctx("the node's hostname"))?
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            config.hostname.clone().unwrap_or_else(|| config.name.clone())
+        };
         let bundle = dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(io_ctx(bundle.display().to_string()))?;
         let shm = dir.join("shm");
@@ -97,7 +107,7 @@ impl Runtime {
         }
         self.tree
             .create_pod(slice, &cgroups::pod_slice_values(&config.resources))?;
-        let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id));
+        let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id), config.host);
         // Prepared on first use, not at startup: no copy of the binary on nodes without pods,
         // and none competing with boot.
         if !self.pause_ready {
@@ -115,19 +125,21 @@ impl Runtime {
                 .map_err(io_ctx("/dev/null"))
         };
         let mut c = crate::sys::with_child_oom_score(None, || {
-            ContainerBuilder::new(id.to_string(), SyscallType::default())
-                .with_root_path(&self.youki_root)
-                .map_err(lc_err("sandbox state root"))?
-                .with_stdin(devnull()?)
-                .with_stdout(devnull()?)
-                .with_stderr(devnull()?)
-                .validate_id()
-                .map_err(lc_err("sandbox id"))?
-                .as_init(&bundle)
-                .with_systemd(false)
-                .with_detach(true)
-                .build()
-                .map_err(lc_err("creating the pause container"))
+            crate::sys::closing_sockets_on_failure(|| {
+                ContainerBuilder::new(id.to_string(), SyscallType::default())
+                    .with_root_path(&self.youki_root)
+                    .map_err(lc_err("sandbox state root"))?
+                    .with_stdin(devnull()?)
+                    .with_stdout(devnull()?)
+                    .with_stderr(devnull()?)
+                    .validate_id()
+                    .map_err(lc_err("sandbox id"))?
+                    .as_init(&bundle)
+                    .with_systemd(false)
+                    .with_detach(true)
+                    .build()
+                    .map_err(lc_err("creating the pause container"))
+            })
         })?;
         let pid = c
             .pid()
@@ -138,6 +150,9 @@ impl Runtime {
             })?;
         c.start().map_err(lc_err("starting the pause container"))?;
         let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
+        if config.host.network {
+            return Ok((pid, pidfd, None));
+        }
         let bridge = self.ensure_bridge()?;
         let used: Vec<std::net::Ipv4Addr> = self
             .sandboxes
@@ -151,7 +166,7 @@ impl Runtime {
             what: "pod network".into(),
             source,
         })?;
-        Ok((pid, pidfd, ip))
+        Ok((pid, pidfd, Some(ip)))
     }
 
     /// Takes the node's pod CIDR: sandboxes made from now on get addresses in it. Refused while
@@ -210,9 +225,10 @@ impl Runtime {
         Ok(idx)
     }
 
-    /// Best-effort removal of everything a sandbox owns on the host.
-    fn teardown_sandbox_dir(&mut self, id: &str, dir: &Path, slice: &str) {
-        if let Err(e) = net::detach(id) {
+    /// Best-effort removal of everything a sandbox owns on the host (a pod on the node's
+    /// network has no veth).
+    fn teardown_sandbox_dir(&mut self, id: &str, dir: &Path, slice: &str, host_network: bool) {
+        if !host_network && let Err(e) = net::detach(id) {
             tracing::warn!(sandbox = id, error = %e, "veth not removed");
         }
         if let Ok(mut c) = Container::load(self.youki_root.join(id)) {
@@ -275,7 +291,7 @@ impl Runtime {
             self.remove_container(&cid)?;
         }
         if let Some(sb) = self.sandboxes.remove(id) {
-            self.teardown_sandbox_dir(id, &sb.dir, &sb.rec.status.cgroup);
+            self.teardown_sandbox_dir(id, &sb.dir, &sb.rec.status.cgroup, sb.rec.config.host.network);
         }
         self.update_burstable()?;
         tracing::info!(sandbox = id, "sandbox removed");
@@ -298,9 +314,18 @@ impl Runtime {
     }
 }
 
-/// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of a pod.
+/// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of a pod. A pod on the node's network
+/// starts from the node's hosts file, as the kubelet writes it.
 fn etc_files(config: &SandboxConfig, hostname: &str) -> [(&'static str, String); 3] {
-    let mut hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n".to_string();
+    let local = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+    let mut hosts = if config.host.network {
+        fs::read_to_string("/etc/hosts").unwrap_or_else(|_| local.to_string())
+    } else {
+        local.to_string()
+    };
+    if !hosts.is_empty() && !hosts.ends_with('\n') {
+        hosts.push('\n');
+    }
     for l in &config.host_entries {
         hosts.push_str(l);
         hosts.push('\n');

@@ -1,6 +1,7 @@
 //! `pods/<name>/exec`, `pods/<name>/attach` and `pods/<name>/portforward`: upgrades spliced to
-//! the agent's `/exec/...` and `/attach/...` (WebSocket, `v5.channel.k8s.io`) and
-//! `/portForward/...` (SPDY/3.1, raw or tunnelled in a WebSocket). The agent speaks the protocols; the API server authorizes, finds
+//! the agent's `/exec/...` and `/attach/...` (WebSocket with `v5`/`v4.channel.k8s.io`, or
+//! SPDY/3.1 with `v4.channel.k8s.io` streams) and `/portForward/...` (SPDY/3.1, raw or
+//! tunnelled in a WebSocket). The agent speaks the protocols; the API server authorizes, finds
 //! the agent, forwards the handshake and then copies bytes both ways.
 
 use bytes::Bytes;
@@ -18,10 +19,8 @@ use crate::api::status::ApiError;
 const STREAM_PROTOCOL: HeaderName = HeaderName::from_static("x-stream-protocol-version");
 
 impl Api {
-    /// `pods/<name>/exec` or `pods/<name>/attach` upgraded to a WebSocket, or
-    /// `pods/<name>/portforward` upgraded to SPDY/3.1 (raw or in a WebSocket): the connection is
-    /// spliced to the node agent, which speaks the protocol. SPDY exec and attach (kubectl's
-    /// fallback) are refused with the reason.
+    /// `pods/<name>/exec`, `attach` or `portforward` upgraded to a WebSocket or to SPDY/3.1:
+    /// the connection is spliced to the node agent, which speaks the protocol.
     pub async fn upgrade(
         &self,
         caller: Option<&Caller>,
@@ -66,19 +65,14 @@ impl Api {
             .get(header::UPGRADE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-        // The container and the node are checked first: kubectl retries a refused WebSocket
-        // over SPDY and shows the second answer, which must still name the real problem.
+        // The container and the node are checked before the agent is asked: kubectl retries a
+        // refused WebSocket over SPDY and shows the second answer.
         let container = match sub {
             "portforward" => None,
             _ => Some(pick_container(&pod, &name, q.get("container"))?),
         };
         let agent = self.agent_of(&pod, &name).await?;
         let agent_path = if let Some(container) = container {
-            if !websocket {
-                return Err(ApiError::bad_request(format!(
-                    "{sub} over SPDY/3.1 is not supported; use a kubectl that speaks WebSocket (v1.30 or later)"
-                )));
-            }
             format!(
                 "/{sub}/{ns}/{name}/{container}?{}",
                 req.uri().query().unwrap_or_default()
