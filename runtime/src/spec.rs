@@ -522,6 +522,16 @@ mod tests {
         assert_eq!(numeric_user("nobody"), None);
     }
 
+    /// Root with `caps`, no devices, the default seccomp profile.
+    fn as_root(caps: &[String]) -> Privileges<'_> {
+        Privileges {
+            user: (0, 0),
+            caps,
+            devices: &[],
+            profile: Profile::RuntimeDefault,
+        }
+    }
+
     fn sandbox_paths() -> SandboxPaths {
         SandboxPaths {
             pause_pid: 42,
@@ -548,13 +558,7 @@ mod tests {
             ..Default::default()
         };
         let caps = capabilities(&[], &[]).expect("defaults");
-        let granted = Privileges {
-            user: (0, 0),
-            caps: &caps,
-            devices: &[],
-            profile: Profile::RuntimeDefault,
-        };
-        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, granted);
+        let s = container(&c, &ImageConfig::default(), &sb, "/k/p/c", 992, as_root(&caps));
         assert_eq!(
             s["linux"]["resources"]["cpu"],
             json!({"shares": 102, "quota": 50000, "period": 100000})
@@ -768,24 +772,19 @@ mod tests {
         // Containers join the pause's namespaces, or stay in the node's.
         let c = |host: HostNamespaces, share_pid| {
             let caps = capabilities(&[], &[]).expect("defaults");
-            let granted = Privileges {
-                user: (0, 0),
-                caps: &caps,
-                devices: &[],
-                profile: Profile::RuntimeDefault,
-            };
             let sb = SandboxPaths {
                 host,
                 share_pid,
                 ..sandbox_paths()
             };
+            let defaults = ContainerConfig::default();
             kinds(&container(
-                &ContainerConfig::default(),
+                &defaults,
                 &ImageConfig::default(),
                 &sb,
                 "/c",
                 0,
-                granted,
+                as_root(&caps),
             ))
         };
         let all = ["pid", "mount", "cgroup", "network", "uts", "ipc"];
