@@ -343,7 +343,36 @@ fn share_process_namespace(s: &mut Suite) -> R {
             .any(|l| l.trim_start().starts_with("1 ") && l.contains("/pause")),
         || format!("pause is not PID 1: {log}"),
     )?;
+    // A process its container's main process left behind outlives it in a shared pid
+    // namespace (pause adopts it); removing the container ends it (libcontainer's delete
+    // empties the container's cgroup).
+    let b = s.container(&sb, "b", "sleep 1001 & exec sleep 1", Resources::default())?;
+    s.wait_exit(&b.id, Duration::from_secs(30))?;
+    ensure(processes_running("sleep 1001") == 1, || {
+        "the left-behind process is not running".into()
+    })?;
+    s.client.remove_container(&b.id).map_err(e("remove container"))?;
+    ensure(processes_running("sleep 1001") == 0, || {
+        "the container's left-behind process outlived its removal".into()
+    })?;
     s.remove_pod(&sb)
+}
+
+/// How many processes on the node run exactly `cmdline` (arguments joined by spaces).
+fn processes_running(cmdline: &str) -> usize {
+    let Ok(dir) = fs::read_dir("/proc") else { return 0 };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| {
+            let args: Vec<&[u8]> = c.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+            args.join(&b' ') == cmdline.as_bytes()
+        })
+        .count()
 }
 
 /// What the agent computes for a pod with this spec (kcore::qos): the pod slice's values and
