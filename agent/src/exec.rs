@@ -376,10 +376,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Channels<S> {
                     let _ = ws.get_mut().shutdown().await;
                 }
             }
+            // A SPDY session closes its connection itself.
             (Writer::Spdy(task), _) => {
                 let _ = task.await;
             }
-            (Writer::WebSocket(writer), Incoming::Spdy(_)) => {
+            (Writer::WebSocket(writer), _) => {
                 let _ = writer.await;
             }
         }

@@ -218,7 +218,7 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
     let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
     let what = prefix.trim_matches('/');
     let key = values("sec-websocket-key").into_iter().next();
-    let (transport, protocol) = if let Some(key) = key.filter(|_| websocket) {
+    let (transport, switched) = if let Some(key) = key.filter(|_| websocket) {
         // The client's order of preference decides, as upstream's handshake does.
         let offered = values("sec-websocket-protocol");
         let Some(p) = offered
@@ -230,14 +230,14 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
                 format!("{what} needs one of the subprotocols {:?}", exec::PROTOCOLS),
             );
         };
-        (exec::Transport::WebSocket, Some((key, *p)))
+        (exec::Transport::WebSocket, switching_to_websocket(&key, p))
     } else if spdy {
         if let Some(refusal) =
             refuse_unnegotiated(&values("x-stream-protocol-version"), remotecommand::PROTOCOL)
         {
             return refusal;
         }
-        (exec::Transport::Spdy, None)
+        (exec::Transport::Spdy, switching_to_spdy(remotecommand::PROTOCOL))
     } else {
         return text(400, format!("{what} needs an upgrade to WebSocket or SPDY/3.1"));
     };
@@ -271,10 +271,7 @@ async fn exec_upgrade(mut req: Request<Incoming>, log_root: &Path) -> Response<B
         }
     };
     tokio::spawn(session.instrument(span));
-    match protocol {
-        Some((key, protocol)) => switching_to_websocket(&key, protocol),
-        None => switching_to_spdy(remotecommand::PROTOCOL),
-    }
+    switched
 }
 
 /// A header's values, comma-separated lists split, empty ones dropped.
@@ -304,39 +301,30 @@ fn refuse_unnegotiated(offered: &[String], ours: &str) -> Option<Response<Body>>
     ))
 }
 
-/// The 101 answer to a raw SPDY/3.1 upgrade speaking the stream protocol `protocol`.
-fn switching_to_spdy(protocol: &'static str) -> Response<Body> {
+/// A 101 answer upgrading to `upgrade`, speaking `protocol` (named in `protocol_header`).
+fn switching(upgrade: &'static str, protocol_header: &'static str, protocol: &'static str) -> Response<Body> {
     let mut resp = text(101, Bytes::new());
     resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
     let h = resp.headers_mut();
     let value = hyper::header::HeaderValue::from_static;
     h.insert(hyper::header::CONNECTION, value("Upgrade"));
-    h.insert(hyper::header::UPGRADE, value("SPDY/3.1"));
-    h.insert("x-stream-protocol-version", value(protocol));
+    h.insert(hyper::header::UPGRADE, value(upgrade));
+    h.insert(protocol_header, value(protocol));
     resp
+}
+
+/// The 101 answer to a raw SPDY/3.1 upgrade speaking the stream protocol `protocol`.
+fn switching_to_spdy(protocol: &'static str) -> Response<Body> {
+    switching("SPDY/3.1", "x-stream-protocol-version", protocol)
 }
 
 /// The 101 answer to a WebSocket upgrade with client key `key`, speaking subprotocol
 /// `protocol`.
 fn switching_to_websocket(key: &str, protocol: &'static str) -> Response<Body> {
-    let mut resp = text(101, Bytes::new());
-    resp.headers_mut().remove(hyper::header::CONTENT_TYPE);
-    let h = resp.headers_mut();
-    h.insert(
-        hyper::header::UPGRADE,
-        hyper::header::HeaderValue::from_static("websocket"),
-    );
-    h.insert(
-        hyper::header::CONNECTION,
-        hyper::header::HeaderValue::from_static("Upgrade"),
-    );
-    h.insert(
-        hyper::header::SEC_WEBSOCKET_PROTOCOL,
-        hyper::header::HeaderValue::from_static(protocol),
-    );
+    let mut resp = switching("websocket", "sec-websocket-protocol", protocol);
     let accept = derive_accept_key(key.trim().as_bytes());
     if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
-        h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
+        resp.headers_mut().insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
     }
     resp
 }
