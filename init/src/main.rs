@@ -1,5 +1,6 @@
 //! The node binary. Its role comes from argv[0] (`init`, or PID 1) or the first argument:
-//! `agent`, `runtime`, `pause`, `crashtest`, `version`.
+//! `agent`, `runtime`, `crashtest`, `version`. (Pod sandboxes run the runtime's own small pause
+//! program, `runtime::pause`, not this binary.)
 
 #![forbid(unsafe_code)]
 
@@ -9,8 +10,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args();
     let argv0 = args.next().unwrap_or_default();
     let role = args.next();
-    // PID 1 has no role argument (the kernel runs `/init`); a pause process that is PID 1 of a
-    // pod's pid namespace is started with its role, so it never takes this path.
+    // PID 1 has no role argument (the kernel runs `/init`).
     if role.is_none() && (std::process::id() == 1 || argv0.rsplit('/').next() == Some("init")) {
         init::run_pid1();
     }
@@ -30,7 +30,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Some("pause") => runtime::pause::run(),
         Some("runtime") => {
             let console = init::sys::dup_cloexec(2, 100).ok();
             // libcgroups warns about rdma/misc on every create and libcontainer about seccomp (we
@@ -59,7 +58,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         other => {
-            eprintln!("usage: nodeos agent|runtime|pause|version (got {other:?}); as /init it is PID 1");
+            eprintln!("usage: nodeos agent|runtime|version (got {other:?}); as /init it is PID 1");
             ExitCode::from(2)
         }
     }

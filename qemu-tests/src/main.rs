@@ -524,8 +524,9 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
 
 /// What the node's own processes hold (PID 1, agent, runtime, pause), read from the node's
 /// /proc by the `inspector` pod: per kind the process count, VmRSS and Pss in KiB, and the
-/// totals. RSS counts the pages of the one binary they share once per process; Pss divides
-/// them among the sharers, so its total is what the node pays.
+/// totals. RSS counts the pages of the binary they share once per process; Pss divides them
+/// among the sharers, so its total is what the node pays. (The pauses run the runtime's small
+/// pause program, started as `/pause pause`.)
 fn node_userspace_memory(cp: &qemu_tests::cluster::ControlPlane) -> Result<serde_json::Value> {
     const SCRIPT: &str = r#"
 for p in /host/proc/[0-9]*; do

@@ -192,16 +192,25 @@ fn http_get(port: u16, path: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
-/// The reasons and messages of the events about pod `name` (`reason=message;` each).
-fn events_of(cp: &ControlPlane, name: &str) -> Result<String> {
-    cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={name}"),
-        "-o",
-        "jsonpath={range .items[*]}{.reason}={.message};{end}",
-    ])
+/// The reasons and messages of the events about pod `name` (`reason=message;` each), once they
+/// hold each of `wants` or after 30 s (the agent posts its events in the background, so one may
+/// land after the status that follows it).
+fn events_of(cp: &ControlPlane, name: &str, wants: &[&str]) -> Result<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = cp.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "jsonpath={range .items[*]}{.reason}={.message};{end}",
+        ])?;
+        if wants.iter().all(|w| events.contains(w)) || std::time::Instant::now() >= deadline {
+            return Ok(events);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Waits until the pod's first container restarted at least once.
@@ -333,7 +342,7 @@ fn pod_lifecycle_on_arm64() -> Result<()> {
         "init container and sidecar: {init:?}"
     );
     cp.kubectl(&["delete", "pod", "web", "--wait=true", "--timeout=120s"])?;
-    let events = events_of(&cp, "web")?;
+    let events = events_of(&cp, "web", &["Killing=Stopping container main"])?;
     ensure!(events.contains("Killing=Stopping container main"), "{events}");
     Ok(())
 }
@@ -416,6 +425,14 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ]);
     envy["spec"]["containers"][0]["envFrom"] = serde_json::json!([{"configMapRef": {"name": "app-config"}}]);
     cp.create(&envy)?;
+    // DNS: `None` takes only the pod's dnsConfig; the default policy (ClusterFirst) falls back
+    // to the node's resolver with the kubelet's warning (no cluster DNS server on this node).
+    let mut dnsy = pod("dnsy", node, &image, "cat /etc/resolv.conf; sleep 3600", "Always");
+    dnsy["spec"]["dnsPolicy"] = serde_json::json!("None");
+    dnsy["spec"]["dnsConfig"] = serde_json::json!({"nameservers": ["192.0.2.53"],
+        "searches": ["svc.example", "svc.example"],
+        "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]});
+    cp.create(&dnsy)?;
     let mut unconf = pod("unconf", node, &image, "echo $LATE; sleep 3600", "Always");
     unconf["spec"]["containers"][0]["env"] = serde_json::json!([
         {"name": "LATE", "valueFrom": {"configMapKeyRef": {"name": "late-config", "key": "LATE"}}},
@@ -611,7 +628,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         );
         std::thread::sleep(Duration::from_secs(1));
     }
-    let evicted = events_of(&cp, "hog-dir")?;
+    let evicted = events_of(&cp, "hog-dir", &["Evicted=Usage of EmptyDir volume"])?;
     ensure!(
         evicted.contains("Evicted=Usage of EmptyDir volume"),
         "hog-dir events: {evicted}"
@@ -658,12 +675,13 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     ensure!(last == "1", "crash lastState: {last}");
 
     // Events as kubectl describe shows them.
-    let events = events_of(&cp, "web")?;
-    for want in [
+    let wants = [
         "Pulled=",
         "Created=Container created",
         "Started=Container started",
-    ] {
+    ];
+    let events = events_of(&cp, "web", &wants)?;
+    for want in wants {
         ensure!(events.contains(want), "web events lack {want}: {events}");
     }
     let reason = cp.wait_for(
@@ -996,6 +1014,18 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     cp.wait_for(&["pod", "envy"], "{.status.phase}", |p| p == "Running", POD)?;
     let envy = logs_once_written(&cp, "envy", POD)?;
     ensure!(envy == "hello-fast fast s3cret\n", "envy: {envy:?}");
+    cp.wait_for(&["pod", "dnsy"], "{.status.phase}", |p| p == "Running", POD)?;
+    let resolv = logs_once_written(&cp, "dnsy", POD)?;
+    ensure!(
+        resolv == "nameserver 192.0.2.53\nsearch svc.example\noptions edns0 ndots:2\n",
+        "dnsy resolv.conf: {resolv:?}"
+    );
+    let missing = events_of(&cp, "envy", &["MissingClusterDNS="])?;
+    ensure!(
+        missing.contains("MissingClusterDNS=pod: \"envy_default(")
+            && missing.contains(")\". kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy."),
+        "envy events: {missing}"
+    );
     let waiting = cp.wait_for(
         &["pod", "unconf"],
         "{.status.containerStatuses[0].state.waiting.reason}={.status.containerStatuses[0].state.waiting.message}",
@@ -1085,11 +1115,16 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     )?;
     restarted(&cp, "unlive")?;
     let unlive_ip = cp.kubectl(&["get", "pod", "unlive", "-o", "jsonpath={.status.podIP}"])?;
-    let events = events_of(&cp, "unlive")?;
-    for want in [
+    let wants = [
         format!("Unhealthy=Liveness probe failed: dial tcp {unlive_ip}:8081: connect: connection refused"),
         "Killing=Container main failed liveness probe, will be restarted".to_string(),
-    ] {
+    ];
+    let events = events_of(
+        &cp,
+        "unlive",
+        &wants.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    for want in wants {
         ensure!(events.contains(&want), "unlive events lack {want}: {events}");
     }
 
@@ -1113,14 +1148,18 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     );
     cp.kubectl(&["delete", "pod", "hooked", "--timeout=120s"])?;
     let served_log = cp.kubectl(&["logs", "served"])?;
-    let hooked_events = events_of(&cp, "hooked")?;
+    let hooked_events = events_of(&cp, "hooked", &[])?;
     // `httpd -vv` logs each request's path.
     ensure!(
         served_log.contains("/prestop-called"),
         "preStop never called: {served_log}\nhooked events: {hooked_events}"
     );
     restarted(&cp, "badhook")?;
-    let events = events_of(&cp, "badhook")?;
+    let events = events_of(
+        &cp,
+        "badhook",
+        &["FailedPostStartHook=", "Killing=FailedPostStartHook"],
+    )?;
     ensure!(
         events.contains("FailedPostStartHook=Exec lifecycle hook ([sh -c exit 3]) for Container \"main\" in Pod \"badhook_default(")
             && events.contains("Killing=FailedPostStartHook"),
@@ -1452,15 +1491,18 @@ fn pods_take_input_terminals_debug_containers_and_drain_readiness() -> Result<()
         st == "dbg false true True",
         "ephemeral status and pod readiness: {st:?}"
     );
-    let paths = cp.kubectl(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=target,reason=Started",
-        "-o",
-        "jsonpath={.items[*].involvedObject.fieldPath}",
-    ])?;
-    ensure!(paths.contains("spec.ephemeralContainers{dbg}"), "{paths}");
+    // (The agent posts events in the background: the status may come first.)
+    cp.wait_for(
+        &[
+            "events",
+            "--field-selector",
+            "involvedObject.name=target,reason=Started",
+        ],
+        "{.items[*].involvedObject.fieldPath}",
+        |p| p.contains("spec.ephemeralContainers{dbg}"),
+        POD,
+    )?;
+
     // When the debug container ends it is not restarted.
     cp.kubectl(&["exec", "target", "-c", "dbg", "--", "touch", "/tmp/done"])?;
     cp.wait_for(
@@ -1543,7 +1585,7 @@ fn pods_take_input_terminals_debug_containers_and_drain_readiness() -> Result<()
         Duration::from_secs(15),
     )?;
     ensure!(seen.ends_with(" False"), "{seen}");
-    let events = events_of(&cp, "draining")?;
+    let events = events_of(&cp, "draining", &["Unhealthy=Readiness probe failed"])?;
     ensure!(events.contains("Unhealthy=Readiness probe failed"), "{events}");
     // The status written meanwhile did not remove the pod: the node's final delete does, once
     // the container has exited.
@@ -1553,19 +1595,16 @@ fn pods_take_input_terminals_debug_containers_and_drain_readiness() -> Result<()
         str::is_empty,
         POD,
     )?;
-    let gone = kubectl_status(
-        &cp,
+    cp.wait_for(
         &[
-            "get",
             "events",
             "--field-selector",
             "involvedObject.name=draining,reason=Killing",
-            "-o",
-            "name",
         ],
-        None,
+        "{.items[*].metadata.name}",
+        |names| !names.trim().is_empty(),
+        POD,
     )?;
-    ensure!(gone.0 == Some(0) && !gone.1.trim().is_empty(), "{gone:?}");
     Ok(())
 }
 

@@ -260,8 +260,8 @@ fn bind(source: &str, destination: &str, read_only: bool) -> Value {
 
 /// The pause sandbox: new pid, ipc, uts, network and mount namespaces, except those of the
 /// node it shares (`host`; the node's network brings its UTS namespace, and then neither the
-/// hostname nor the network sysctls are the sandbox's to set); `pause_root` holds the node
-/// binary as `/pause`.
+/// hostname nor the network sysctls are the sandbox's to set); the pause root holds the pause
+/// program (`crate::pause`) as `/pause`.
 pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
     let mut namespaces = Vec::new();
     namespaces.extend((!host.pid).then(|| json!({"type": "pid"})));
@@ -301,8 +301,10 @@ pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
             "sysctl": sysctl,
             "cgroupsPath": cgroup,
             "resources": {"cpu": {"shares": 2}},
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
+            // No masked or read-only paths: they guard what a workload may read in its /proc
+            // and /sys, and no workload ever runs in the pause's mount namespace (containers
+            // join its pid, ipc, uts and network namespaces, never its mounts). Each one is a
+            // mount in every sandbox creation.
         },
     });
     if host.network
@@ -740,6 +742,20 @@ mod tests {
     fn sandboxes_allow_unprivileged_ping() {
         let s = sandbox("h", "/k/p", HostNamespaces::default());
         assert_eq!(s["linux"]["sysctl"]["net.ipv4.ping_group_range"], "0 2147483647");
+    }
+
+    #[test]
+    fn the_pause_mounts_only_proc_and_dev() {
+        let s = sandbox("h", "/k/p", HostNamespaces::default());
+        let dests: Vec<&str> = s["mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .filter_map(|m| m["destination"].as_str())
+            .collect();
+        assert_eq!(dests, ["/proc", "/dev"]);
+        assert!(s["linux"].get("maskedPaths").is_none() && s["linux"].get("readonlyPaths").is_none());
+        assert_eq!(s["root"]["readonly"], true);
     }
 
     fn kinds(spec: &Value) -> Vec<String> {

@@ -106,19 +106,6 @@ fn resources(c: &Container) -> Resources {
     }
 }
 
-/// The node's own nameservers (pods get them: there is no cluster DNS yet).
-fn node_dns() -> Dns {
-    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    Dns {
-        servers: text
-            .lines()
-            .filter_map(|l| l.strip_prefix("nameserver "))
-            .map(|s| s.trim().to_string())
-            .collect(),
-        ..Dns::default()
-    }
-}
-
 /// The pod slice's parent and values, as kcore decides them for every node of the cluster.
 pub fn pod_resources(pod: &Pod) -> PodResources {
     let cg = kcore::qos::pod_cgroup(pod);
@@ -134,8 +121,8 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
     }
 }
 
-/// The sandbox of `pod`, attempt `attempt`.
-pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
+/// The sandbox of `pod`, attempt `attempt`, with its DNS settings (`dns.rs`).
+pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> SandboxConfig {
     let m = &pod.metadata;
     let (ns, name, uid) = (
         m.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -159,7 +146,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32) -> SandboxConfig {
         namespace: ns,
         uid,
         attempt,
-        dns: node_dns(),
+        dns,
         resources: pod_resources(pod),
         ..SandboxConfig::default()
     }

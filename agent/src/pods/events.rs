@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::{Event as ApiEvent, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
+use tokio::sync::mpsc;
 
 use super::status::time;
 
@@ -106,14 +107,51 @@ fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
 
 /// Posts events about `pod`; failures are logged (events are best effort, as in the kubelet).
 pub async fn post(client: &kube::Client, node: &str, pod: &Pod, events: Vec<Event>) {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
     for ev in events {
-        if let Err(e) = api
-            .create(&PostParams::default(), &api_event(pod, node, &ev))
-            .await
-        {
-            tracing::debug!(error = %e, reason = ev.reason, "event not recorded");
+        create(client, &api_event(pod, node, &ev)).await;
+    }
+}
+
+/// Creates one event in its namespace; a failure is logged, nothing else (events are advisory).
+async fn create(client: &kube::Client, ev: &ApiEvent) {
+    let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
+    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
+    if let Err(e) = api.create(&PostParams::default(), ev).await {
+        tracing::debug!(error = %e, reason = ?ev.reason, "event not recorded");
+    }
+}
+
+/// How many events may wait to be posted; beyond that new ones are dropped (the kubelet's
+/// recorder queues 1,000 too).
+const QUEUE: usize = 1000;
+
+/// Posts the pod workers' events in the background, one after another in the order they were
+/// recorded, so that no pod waits for the API before its next step (the kubelet's recorder is
+/// asynchronous as well). Each event carries the time it happened, not the time it was posted.
+#[derive(Clone)]
+pub struct Recorder {
+    node: String,
+    tx: mpsc::Sender<ApiEvent>,
+}
+
+impl Recorder {
+    /// Starts the posting task on the current tokio runtime.
+    pub fn spawn(client: kube::Client, node: String) -> Self {
+        let (tx, mut rx) = mpsc::channel::<ApiEvent>(QUEUE);
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                create(&client, &ev).await;
+            }
+        });
+        Recorder { node, tx }
+    }
+
+    /// Queues `events` about `pod`.
+    pub fn pod(&self, pod: &Pod, events: Vec<Event>) {
+        for ev in &events {
+            if self.tx.try_send(api_event(pod, &self.node, ev)).is_err() {
+                tracing::warn!(reason = ev.reason, "event queue full: event dropped");
+            }
         }
     }
 }

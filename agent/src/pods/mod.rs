@@ -17,6 +17,7 @@
 mod admission;
 pub(crate) mod backoff;
 mod container;
+mod dns;
 mod env;
 pub(crate) mod events;
 mod eviction;
@@ -38,8 +39,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::watcher;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::settings::ShutdownGracePeriod;
@@ -197,6 +198,26 @@ pub type KnownPods = Arc<watch::Sender<Vec<Arc<Pod>>>>;
 
 /// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
 /// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
+/// Starts a watch of every Service into a local cache, returned: the service environment
+/// variables of each container start come from it instead of a list from the API (~40 ms per
+/// container under TCG, measured with 30 pods at once). Stored without managedFields.
+fn watch_services(client: kube::Client) -> reflector::Store<Service> {
+    let (store, writer) = reflector::store();
+    let api: kube::Api<Service> = kube::Api::all(client);
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|s: &mut Service| s.metadata.managed_fields = None);
+    let mut stream = reflector::reflector(writer, stream).boxed();
+    tokio::spawn(async move {
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::debug!(error = %e, "the service watch failed; retrying");
+            }
+        }
+    });
+    store
+}
+
 /// `known` follows the pods the workers hold.
 pub async fn run(
     client: kube::Client,
@@ -221,6 +242,8 @@ pub async fn run(
             cpus: crate::node::cpu_capacity(),
         },
         node_object: std::sync::Mutex::new(None),
+        events: events::Recorder::spawn(client.clone(), settings.node.clone()),
+        services: watch_services(client.clone()),
     });
     let (snap_tx, snap_rx) = watch::channel(None);
     tokio::spawn(pleg(snap_tx));

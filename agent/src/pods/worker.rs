@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::backoff::Backoff;
 use super::container::{self, NodeFacts, StartError};
+use super::dns;
 use super::env::{self, EnvError, Source};
 use super::events::{self, Event};
 use super::eviction::{self, PodFailure};
@@ -47,6 +48,10 @@ pub struct Ctx {
     pub node: NodeFacts,
     /// This node's Node object as last read, and when (admission reads it for each new pod).
     pub node_object: std::sync::Mutex<Option<(Instant, Arc<k8s_openapi::api::core::v1::Node>)>>,
+    /// Posts the workers' events in the background.
+    pub events: events::Recorder,
+    /// The cluster's Services, kept by a watch (for the service environment variables).
+    pub services: kube::runtime::reflector::Store<Service>,
 }
 
 /// How long a read of the Node object serves admission.
@@ -402,7 +407,7 @@ impl Worker {
         tracing::info!(reason = f.reason, message = %f.message, "the node fails the pod");
         let warning = f.reason == eviction::EVICTED_REASON;
         let ev = Event::pod(f.reason, warning, f.message.clone());
-        events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+        self.ctx.events.pod(pod, vec![ev]);
         self.obs.failed = Some(f);
         None
     }
@@ -572,10 +577,17 @@ impl Worker {
                 false,
                 "Pod sandbox changed, it will be killed and re-created.".into(),
             );
-            events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+            self.ctx.events.pod(pod, vec![ev]);
         }
         let old = self.sandbox_ids();
-        let config = container::sandbox_config(pod, attempt);
+        let node_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        let (dns, warnings) = dns::pod_dns(pod, &dns::parse_resolv_conf(&node_resolv));
+        let warnings = warnings
+            .into_iter()
+            .map(|(reason, message)| Event::pod(reason, true, message))
+            .collect();
+        self.ctx.events.pod(pod, warnings);
+        let config = container::sandbox_config(pod, attempt, dns);
         let result = blocking(move || {
             let mut rt = runtime()?;
             for id in old {
@@ -612,7 +624,7 @@ impl Worker {
                     true,
                     format!("Failed to create pod sandbox: {e}"),
                 );
-                events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+                self.ctx.events.pod(pod, vec![ev]);
                 self.sandbox_backoff.step(now, now);
                 self.sandbox_backoff.retry_at()
             }
@@ -732,7 +744,7 @@ impl Worker {
                 c.start_backoff.retry_at()
             }
         };
-        events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        self.ctx.events.pod(pod, evs);
         if out.is_none() {
             self.post_start(pod, name).await;
         }
@@ -764,7 +776,7 @@ impl Worker {
         if let Err(e) = r {
             tracing::warn!(container = %name, error = %e, "postStart hook failed");
             let ev = Event::warning(Hook::PostStart.failed_reason(), name, e.to_string());
-            events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+            self.ctx.events.pod(pod, vec![ev]);
             let kill = vec![(name.to_string(), id, "FailedPostStartHook".to_string())];
             self.stop_with(pod, kill, grace, false).await;
         }
@@ -827,7 +839,7 @@ impl Worker {
                     ));
                 }
                 let kill = concluded == Some(false) && kind != Kind::Readiness;
-                events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+                self.ctx.events.pod(pod, evs);
                 if kill {
                     // The probe's own grace period first, then the pod's.
                     let grace = p
@@ -882,6 +894,24 @@ impl Worker {
             tracing::warn!(error = %e, "listing services failed");
             EnvError::Services
         };
+        // From the watch's cache once it has listed (the kubelet reads its informer too);
+        // straight from the API before.
+        if futures_util::FutureExt::now_or_never(self.ctx.services.wait_until_ready())
+            .is_some_and(|r| r.is_ok())
+        {
+            let services: Vec<Service> = self
+                .ctx
+                .services
+                .state()
+                .iter()
+                .filter(|s| {
+                    let (sns, name) = (s.metadata.namespace.as_deref(), s.metadata.name.as_deref());
+                    (links && sns == Some(ns)) || (sns == Some("default") && name == Some("kubernetes"))
+                })
+                .map(|s| Service::clone(s))
+                .collect();
+            return Ok(env::service_env(&services, ns, links));
+        }
         let mut services = Vec::new();
         if links {
             let api: kube::Api<Service> = kube::Api::namespaced(self.ctx.client.clone(), ns);
@@ -986,7 +1016,7 @@ impl Worker {
                     };
                     tracing::warn!(error = %e, "volume set-up failed");
                     let ev = Event::pod("FailedMount", true, e.to_string());
-                    events::post(&self.ctx.client, &self.ctx.node.node, pod, vec![ev]).await;
+                    self.ctx.events.pod(pod, vec![ev]);
                     return Err(e);
                 }
             }
@@ -1083,7 +1113,7 @@ impl Worker {
             }
         }
         if !evs.is_empty() {
-            events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+            self.ctx.events.pod(pod, evs);
         }
     }
 
@@ -1149,7 +1179,7 @@ impl Worker {
             .iter()
             .map(|(n, _, message)| Event::normal("Killing", n, message.clone()))
             .collect();
-        events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+        self.ctx.events.pod(pod, evs);
         let deadline = Instant::now() + Duration::from_secs(grace);
         let pod_ip = self.pod_ip(pod);
         let stops = containers.into_iter().map(|(name, id, _)| {
@@ -1189,7 +1219,7 @@ impl Worker {
             self.stopped(&name, r);
         }
         if !evs.is_empty() {
-            events::post(&self.ctx.client, &self.ctx.node.node, pod, evs).await;
+            self.ctx.events.pod(pod, evs);
         }
     }
 

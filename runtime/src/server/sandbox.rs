@@ -108,8 +108,7 @@ impl Runtime {
         self.tree
             .create_pod(slice, &cgroups::pod_slice_values(&config.resources))?;
         let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id), config.host);
-        // Prepared on first use, not at startup: no copy of the binary on nodes without pods,
-        // and none competing with boot.
+        // Prepared on first use, not at startup: nothing written on nodes without pods.
         if !self.pause_ready {
             prepare_pause_root(&self.pause_root)?;
             self.pause_ready = true;
@@ -375,26 +374,22 @@ pub(super) fn validate_sandbox(c: &SandboxConfig) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// The pause root: an empty read-only tree whose `/pause` is a copy of the node binary.
-///
-/// A copy because the binary is not on the root file system: PID 1 runs it from the initramfs,
-/// whose files are deleted after the move to the tmpfs root, and the kernel refuses to
-/// bind-mount a deleted file (`/proc/self/exe`: ENOENT, seen in the VM). The copy costs the
-/// binary's size in tmpfs memory once per boot; every pause process shares its pages.
+/// The pause root: an empty read-only tree whose `/pause` is the pause program
+/// (`crate::pause`, a few hundred bytes; it was a copy of the node binary, 11 MB of tmpfs memory
+/// once per boot, since the binary itself lives in the initramfs, deleted after the move to the
+/// tmpfs root, and the kernel refuses to bind-mount a deleted file).
 fn prepare_pause_root(root: &Path) -> Result<(), RuntimeError> {
     use std::os::unix::fs::PermissionsExt;
     for d in ["proc", "dev"] {
         fs::create_dir_all(root.join(d)).map_err(io_ctx(format!("pause root {d}")))?;
     }
     let target = root.join("pause");
-    let size = fs::metadata("/proc/self/exe")
-        .map(|m| m.len())
-        .map_err(io_ctx("/proc/self/exe"))?;
-    if fs::metadata(&target).map(|m| m.len()).ok() == Some(size) {
+    let program = crate::pause::program();
+    if fs::read(&target).ok().as_deref() == Some(program.as_slice()) {
         return Ok(());
     }
     let tmp = root.join(".pause.tmp");
-    fs::copy("/proc/self/exe", &tmp).map_err(io_ctx("copying the node binary as /pause"))?;
+    fs::write(&tmp, &program).map_err(io_ctx("writing the pause program"))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o555)).map_err(io_ctx("pause permissions"))?;
     fs::rename(&tmp, &target).map_err(io_ctx("pause root"))
 }

@@ -1,8 +1,14 @@
 //! The loop: one `poll(2)` over the socket, the connections, every process's pidfd and every
-//! pipe the runtime reads; requests are handled in order and replies that wait for an event go
-//! out when it happens.
+//! pipe the runtime reads; replies that wait for an event go out when it happens.
+//!
+//! Requests are served one connection's in order, but across connections by [`urgency`]: the
+//! runtime is one thread, and a burst of new pods would otherwise queue every sandbox ahead of
+//! the containers of the pods already under way (measured with 30 pods created at once: every
+//! pod waited for all 30 sandboxes, ~6.7 s, before its container was created) and ahead of the
+//! execs of running pods' probes. After a slow request the loop looks at its descriptors again,
+//! so a request that arrived meanwhile can go first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -35,6 +41,63 @@ struct Conn {
     stream: UnixStream,
     buf: Vec<u8>,
     fds: Vec<OwnedFd>,
+    /// Requests received and not served yet, in their order (a line that did not parse is
+    /// answered with the parse error in its turn).
+    requests: VecDeque<Result<Request, String>>,
+}
+
+impl Conn {
+    fn new(stream: UnixStream) -> Self {
+        Conn {
+            stream,
+            buf: Vec::new(),
+            fds: Vec::new(),
+            requests: VecDeque::new(),
+        }
+    }
+
+    /// Moves the complete lines received into `requests`.
+    fn parse_lines(&mut self) {
+        while let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=nl).collect();
+            self.requests
+                .push_back(serde_json::from_slice::<Request>(&line).map_err(|e| e.to_string()));
+        }
+    }
+}
+
+/// How soon a pending request is served; lower first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Urgency {
+    /// Reads, stops, execs (probes), attaches, pulls: short, or waited on by a running pod.
+    Now,
+    /// The next steps of pods already under way, and their removal.
+    UnderWay,
+    /// A new pod's sandbox.
+    NewPod,
+}
+
+fn urgency(req: &Result<Request, String>) -> Urgency {
+    match req {
+        Ok(Request::RunSandbox { .. }) => Urgency::NewPod,
+        Ok(
+            Request::CreateContainer { .. }
+            | Request::StartContainer { .. }
+            | Request::RemoveContainer { .. }
+            | Request::StopSandbox { .. }
+            | Request::RemoveSandbox { .. },
+        ) => Urgency::UnderWay,
+        _ => Urgency::Now,
+    }
+}
+
+/// The connection whose next request goes first: the most urgent, the oldest connection among
+/// equals.
+fn next_conn(conns: &BTreeMap<u64, Conn>) -> Option<(u64, Urgency)> {
+    conns
+        .iter()
+        .filter_map(|(id, c)| Some((*id, urgency(c.requests.front()?))))
+        .min_by_key(|(id, u)| (*u, *id))
 }
 
 /// Writes `reply` with `fds` attached (closed here once sent).
@@ -139,7 +202,7 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
     listener.set_nonblocking(true).map_err(io_ctx("listener"))?;
     tracing::info!(socket = %socket.display(), "runtime ready");
     let mut conns: BTreeMap<u64, Conn> = BTreeMap::new();
-    let mut next_conn = 0u64;
+    let mut next_conn_id = 0u64;
     loop {
         let timeout = rt.deadlines();
         let mut srcs: Vec<Source> = vec![Source::Listener];
@@ -156,11 +219,16 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
             .iter()
             .map(|b| PollFd::new(*b, PollFlags::POLLIN))
             .collect();
-        let t = match timeout {
-            Some(d) => {
-                PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+        // Requests still waiting: look and come straight back.
+        let t = if conns.values().any(|c| !c.requests.is_empty()) {
+            PollTimeout::ZERO
+        } else {
+            match timeout {
+                Some(d) => {
+                    PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+                }
+                None => PollTimeout::NONE,
             }
-            None => PollTimeout::NONE,
         };
         match poll(&mut fds, t) {
             Ok(_) | Err(Errno::EINTR) => {}
@@ -189,46 +257,44 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
                         if stream.set_write_timeout(Some(Duration::from_secs(5))).is_err() {
                             continue;
                         }
-                        next_conn += 1;
-                        conns.insert(
-                            next_conn,
-                            Conn {
-                                stream,
-                                buf: Vec::new(),
-                                fds: Vec::new(),
-                            },
-                        );
+                        next_conn_id += 1;
+                        conns.insert(next_conn_id, Conn::new(stream));
                     }
                 }
                 Source::Conn(id) => {
                     let Some(c) = conns.get_mut(id) else { continue };
-                    let n = recv_some(c.stream.as_raw_fd(), &mut c.buf, &mut c.fds).unwrap_or(0);
-                    if n == 0 {
+                    // A client that left is not answered: what it asked and was not served
+                    // yet is dropped with it.
+                    if recv_some(c.stream.as_raw_fd(), &mut c.buf, &mut c.fds).unwrap_or(0) == 0 {
                         conns.remove(id);
                         continue;
                     }
-                    while let Some(c) = conns.get_mut(id)
-                        && let Some(nl) = c.buf.iter().position(|b| *b == b'\n')
-                    {
-                        let line: Vec<u8> = c.buf.drain(..=nl).collect();
-                        let mut fds = std::mem::take(&mut c.fds);
-                        let reply = match serde_json::from_slice::<Request>(&line) {
-                            Ok(req) => rt.handle(*id, req, &mut fds),
-                            Err(e) => Some(Reply::Error(ReplyError::new(
-                                ErrorKind::Invalid,
-                                format!("bad request: {e}"),
-                            ))),
-                        };
-                        if let Some(c) = conns.get_mut(id) {
-                            c.fds = fds;
-                        }
-                        let out_fds = std::mem::take(&mut rt.reply_fds);
-                        if let Some(r) = reply {
-                            send_reply(&mut conns, *id, &r, out_fds);
-                        }
-                    }
+                    c.parse_lines();
                 }
                 other => rt.on_ready(other),
+            }
+        }
+        // Quick requests in one go; after a slow one, back to poll.
+        while let Some((id, urgency)) = next_conn(&conns) {
+            let Some(c) = conns.get_mut(&id) else { break };
+            let Some(req) = c.requests.pop_front() else { break };
+            let mut fds = std::mem::take(&mut c.fds);
+            let reply = match req {
+                Ok(req) => rt.handle(id, req, &mut fds),
+                Err(e) => Some(Reply::Error(ReplyError::new(
+                    ErrorKind::Invalid,
+                    format!("bad request: {e}"),
+                ))),
+            };
+            if let Some(c) = conns.get_mut(&id) {
+                c.fds = fds;
+            }
+            let out_fds = std::mem::take(&mut rt.reply_fds);
+            if let Some(r) = reply {
+                send_reply(&mut conns, id, &r, out_fds);
+            }
+            if urgency != Urgency::Now {
+                break;
             }
         }
         for (conn, reply) in std::mem::take(&mut rt.outbox) {
@@ -242,6 +308,108 @@ mod tests {
     use runtime_api::PullPolicy;
 
     use super::*;
+
+    /// A connection holding `lines` received and not yet served.
+    fn conn_with(lines: &[&str]) -> Conn {
+        let (stream, _peer) = UnixStream::pair().expect("socketpair");
+        let mut c = Conn::new(stream);
+        for l in lines {
+            c.buf.extend_from_slice(l.as_bytes());
+            c.buf.push(b'\n');
+        }
+        c.parse_lines();
+        c
+    }
+
+    fn line(req: &Request) -> String {
+        serde_json::to_string(req).expect("encode")
+    }
+
+    #[test]
+    fn requests_are_ranked_by_urgency() {
+        let run = Request::RunSandbox {
+            config: runtime_api::SandboxConfig::default(),
+        };
+        let create = Request::CreateContainer {
+            sandbox_id: "s".into(),
+            config: runtime_api::ContainerConfig::default(),
+        };
+        let id = || "c".to_string();
+        let table = [
+            (run, Urgency::NewPod),
+            (create, Urgency::UnderWay),
+            (Request::StartContainer { id: id() }, Urgency::UnderWay),
+            (Request::RemoveContainer { id: id() }, Urgency::UnderWay),
+            (Request::StopSandbox { id: id() }, Urgency::UnderWay),
+            (Request::RemoveSandbox { id: id() }, Urgency::UnderWay),
+            (
+                Request::StopContainer {
+                    id: id(),
+                    timeout_seconds: 2,
+                },
+                Urgency::Now,
+            ),
+            (Request::ContainerStatus { id: id() }, Urgency::Now),
+            (Request::ListContainers, Urgency::Now),
+            (Request::ListPodStats, Urgency::Now),
+            (
+                Request::ExecSync {
+                    id: id(),
+                    command: vec!["true".into()],
+                    timeout_seconds: 1,
+                },
+                Urgency::Now,
+            ),
+        ];
+        for (req, want) in table {
+            assert_eq!(urgency(&Ok(req.clone())), want, "{req:?}");
+        }
+        assert_eq!(urgency(&Err("bad".into())), Urgency::Now);
+    }
+
+    #[test]
+    fn the_most_urgent_request_goes_first_and_each_connection_keeps_its_order() {
+        let sandbox = line(&Request::RunSandbox {
+            config: runtime_api::SandboxConfig::default(),
+        });
+        let start = line(&Request::StartContainer { id: "c".into() });
+        let list = line(&Request::ListContainers);
+        let mut conns = BTreeMap::new();
+        // Older connections wait for sandboxes; a newer one has the next step of a pod under
+        // way; the newest a read queued behind a sandbox of its own.
+        conns.insert(1, conn_with(&[&sandbox]));
+        conns.insert(2, conn_with(&[&sandbox]));
+        conns.insert(3, conn_with(&[&start]));
+        conns.insert(4, conn_with(&[&sandbox, &list]));
+        conns.insert(5, conn_with(&[]));
+        let mut order = Vec::new();
+        while let Some((id, u)) = next_conn(&conns) {
+            order.push((id, u));
+            conns.get_mut(&id).and_then(|c| c.requests.pop_front());
+        }
+        assert_eq!(
+            order,
+            [
+                (3, Urgency::UnderWay),
+                (1, Urgency::NewPod),
+                (2, Urgency::NewPod),
+                (4, Urgency::NewPod),
+                (4, Urgency::Now),
+            ]
+        );
+        // A line that does not parse still takes its turn (to be answered with the error).
+        let mut c = conn_with(&["{not json", &list]);
+        assert!(c.requests.pop_front().is_some_and(|r| r.is_err()));
+        assert!(matches!(
+            c.requests.pop_front(),
+            Some(Ok(Request::ListContainers))
+        ));
+        // A partial line waits for its end.
+        let mut c = conn_with(&[]);
+        c.buf.extend_from_slice(list.as_bytes());
+        c.parse_lines();
+        assert!(c.requests.is_empty());
+    }
 
     /// Polls the runtime's own descriptors (no socket) until `n` replies are out.
     fn run_until_replies(rt: &mut Runtime, n: usize) -> Vec<(u64, Reply)> {
