@@ -4,8 +4,7 @@
 //! SIGINT or SIGTERM: the upstream pause container's behaviour.
 //!
 //! It is a static ELF executable of about 300 bytes that the runtime writes as `/pause` into the
-//! pause root,
-//! not the node binary run in a `pause` role as it was: measured in `./build.sh bench pods`, each
+//! pause root, not the node binary run in a `pause` role as it was: measured in `./build.sh bench pods`, each
 //! pause process of the 11 MB static-pie node binary held 1.16 MB resident (0.53 MB of it its
 //! own: the start-up relocation dirties the binary's whole `.data.rel.ro`, and the C and Rust
 //! start-up touches text and data besides), so 30 pods' pauses were 36 MB of the node's 63 MB;
