@@ -196,8 +196,6 @@ async fn reject(ctx: &Ctx, pod: &mut Pod, r: admission::Rejection) {
 /// kubelet's `/pods` answers).
 pub type KnownPods = Arc<watch::Sender<Vec<Arc<Pod>>>>;
 
-/// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
-/// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
 /// Starts a watch of every Service into a local cache, returned: the service environment
 /// variables of each container start come from it instead of a list from the API (one round
 /// trip per container start, part of a 64 ms gap between a sandbox and its container measured
@@ -219,6 +217,8 @@ fn watch_services(client: kube::Client) -> reflector::Store<Service> {
     store
 }
 
+/// Runs this node's pods. When `state` turns [`NodeState::ShuttingDown`], the pods are stopped
+/// by priority band and new ones rejected; `state` then becomes [`NodeState::PodsStopped`].
 /// `known` follows the pods the workers hold.
 pub async fn run(
     client: kube::Client,
