@@ -32,6 +32,9 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                     );
                 }
             }
+            if let Some((field, msg)) = dns_error(&obj["spec"]) {
+                return invalid(&field, msg);
+            }
         }
         ("batch", "CronJob") => {
             let schedule = obj["spec"]["schedule"].as_str().unwrap_or_default();
@@ -167,6 +170,116 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The resolver's limits (upstream's `MaxDNSNameservers`, `MaxDNSSearchPaths`,
+/// `MaxDNSSearchListChars`).
+const MAX_DNS_NAMESERVERS: usize = 3;
+const MAX_DNS_SEARCHES: usize = 32;
+const MAX_DNS_SEARCH_CHARS: usize = 2048;
+
+/// The first error of a pod spec's `dnsPolicy` and `dnsConfig` (upstream's `validateDNSPolicy`
+/// and `validatePodDNSConfig`): field and message.
+fn dns_error(spec: &Value) -> Option<(String, String)> {
+    // Go formats a []string value as `[]string{"a", "b"}`.
+    let go_strings = |v: &[&str]| {
+        let items: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
+        format!("[]string{{{}}}", items.join(", "))
+    };
+    let policy = spec["dnsPolicy"].as_str().unwrap_or_default();
+    const POLICIES: [&str; 4] = ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"];
+    if !policy.is_empty() && !POLICIES.contains(&policy) {
+        return Some((
+            "spec.dnsPolicy".into(),
+            format!(
+                "Unsupported value: {policy:?}: supported values: {}",
+                POLICIES.map(|p| format!("{p:?}")).join(", ")
+            ),
+        ));
+    }
+    let config = spec.get("dnsConfig").filter(|c| !c.is_null());
+    let strings = |key: &str| -> Vec<&str> {
+        config
+            .and_then(|c| c[key].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect()
+    };
+    let nameservers = strings("nameservers");
+    if policy == "None" {
+        if config.is_none() {
+            return Some((
+                "spec.dnsConfig".into(),
+                "Required value: must provide `dnsConfig` when `dnsPolicy` is None".into(),
+            ));
+        }
+        if nameservers.is_empty() {
+            return Some((
+                "spec.dnsConfig.nameservers".into(),
+                "Required value: must provide at least one DNS nameserver when `dnsPolicy` is None".into(),
+            ));
+        }
+    }
+    let config = config?;
+    if nameservers.len() > MAX_DNS_NAMESERVERS {
+        return Some((
+            "spec.dnsConfig.nameservers".into(),
+            format!(
+                "Invalid value: {}: must not have more than {MAX_DNS_NAMESERVERS} nameservers",
+                go_strings(&nameservers)
+            ),
+        ));
+    }
+    if let Some((i, ns)) = nameservers
+        .iter()
+        .enumerate()
+        .find(|(_, ns)| ns.parse::<std::net::IpAddr>().is_err())
+    {
+        return Some((
+            format!("spec.dnsConfig.nameservers[{i}]"),
+            format!("Invalid value: {ns:?}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"),
+        ));
+    }
+    let searches = strings("searches");
+    if searches.len() > MAX_DNS_SEARCHES {
+        return Some((
+            "spec.dnsConfig.searches".into(),
+            format!(
+                "Invalid value: {}: must not have more than {MAX_DNS_SEARCHES} search paths",
+                go_strings(&searches)
+            ),
+        ));
+    }
+    if searches.join(" ").len() > MAX_DNS_SEARCH_CHARS {
+        return Some((
+            "spec.dnsConfig.searches".into(),
+            format!(
+                "Invalid value: {}: must not have more than {MAX_DNS_SEARCH_CHARS} characters (including spaces) in the search list",
+                go_strings(&searches)
+            ),
+        ));
+    }
+    for (i, search) in searches.iter().enumerate() {
+        // A trailing dot is fine.
+        let name = search.strip_suffix('.').unwrap_or(search);
+        if let Some(e) = crate::api::object::dns1123_subdomain_error(name) {
+            return Some((
+                format!("spec.dnsConfig.searches[{i}]"),
+                format!("Invalid value: {name:?}: {e}"),
+            ));
+        }
+    }
+    let options = config["options"].as_array().into_iter().flatten().enumerate();
+    for (i, o) in options {
+        if o["name"].as_str().is_none_or(str::is_empty) {
+            return Some((
+                format!("spec.dnsConfig.options[{i}]"),
+                "Required value: Option.Name must not be empty".into(),
+            ));
+        }
+    }
+    None
+}
+
 fn job_rules(
     spec: &Value,
     at: &str,
@@ -228,6 +341,77 @@ mod tests {
         validate(res, &obj)
             .map(|()| String::new())
             .unwrap_or_else(|e| e.message)
+    }
+
+    #[test]
+    fn pod_dns_settings_are_checked_as_upstream_checks_them() {
+        let pod = |spec: Value| {
+            let mut spec = spec;
+            spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+            json!({"metadata": {"name": "web"}, "spec": spec})
+        };
+        let pods = res("", "pods");
+        let searches: Vec<String> = (0..33).map(|i| format!("d{i}.example")).collect();
+        let long: Vec<String> = (0..21).map(|i| format!("{i:0>100}")).collect();
+        let table = [
+            (json!({}), ""),
+            (json!({"dnsPolicy": "Default"}), ""),
+            (
+                json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["192.0.2.1", "2001:db8::1"],
+                    "searches": ["svc.example.", "example"], "options": [{"name": "ndots", "value": "2"}]}}),
+                "",
+            ),
+            (
+                json!({"dnsPolicy": "Cluster"}),
+                "spec.dnsPolicy: Unsupported value: \"Cluster\": supported values: \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\", \"None\"",
+            ),
+            (
+                json!({"dnsPolicy": "None"}),
+                "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+            ),
+            (
+                json!({"dnsPolicy": "None", "dnsConfig": {"searches": ["a.example"]}}),
+                "spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None",
+            ),
+            (
+                json!({"dnsConfig": {"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8", "9.9.9.9"]}}),
+                "spec.dnsConfig.nameservers: Invalid value: []string{\"1.1.1.1\", \"1.0.0.1\", \"8.8.8.8\", \"9.9.9.9\"}: must not have more than 3 nameservers",
+            ),
+            (
+                json!({"dnsConfig": {"nameservers": ["1.1.1.1", "dns.example"]}}),
+                "spec.dnsConfig.nameservers[1]: Invalid value: \"dns.example\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ),
+            (
+                json!({"dnsConfig": {"searches": ["ok.example", "Bad_Domain"]}}),
+                "spec.dnsConfig.searches[1]: Invalid value: \"Bad_Domain\": a lowercase RFC 1123 subdomain",
+            ),
+            (
+                json!({"dnsConfig": {"options": [{"name": "ndots"}, {"value": "1"}]}}),
+                "spec.dnsConfig.options[1]: Required value: Option.Name must not be empty",
+            ),
+        ];
+        for (spec, want) in table {
+            let got = message(pods, pod(spec.clone()));
+            if want.is_empty() {
+                assert_eq!(got, "", "{spec}");
+            } else {
+                assert!(
+                    got.starts_with(&format!("Pod \"web\" is invalid: {want}")),
+                    "{spec}: {got}"
+                );
+            }
+        }
+        let got = message(pods, pod(json!({"dnsConfig": {"searches": searches}})));
+        assert!(
+            got.contains("spec.dnsConfig.searches: Invalid value: []string{\"d0.example\", ")
+                && got.ends_with(": must not have more than 32 search paths"),
+            "{got}"
+        );
+        let got = message(pods, pod(json!({"dnsConfig": {"searches": long}})));
+        assert!(
+            got.ends_with(": must not have more than 2048 characters (including spaces) in the search list"),
+            "{got}"
+        );
     }
 
     #[test]
