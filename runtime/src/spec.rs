@@ -258,7 +258,11 @@ fn bind(source: &str, destination: &str, read_only: bool) -> Value {
     json!({"destination": destination, "type": "bind", "source": source, "options": options})
 }
 
-/// The pause sandbox: new pid, ipc, uts, network and mount namespaces, except those of the
+/// The pause process's user and group (the pause image's `65535:65535`): it needs no
+/// privilege, and a process of another user needs `CAP_SYS_PTRACE` to reach its `/proc` entries.
+pub const PAUSE_ID: u32 = 65535;
+
+/// The pause sandbox, run as [`PAUSE_ID`] without capabilities: new pid, ipc, uts, network and mount namespaces, except those of the
 /// node it shares (`host`; the node's network brings its UTS namespace, and then neither the
 /// hostname nor the network sysctls are the sandbox's to set); the pause root holds the pause
 /// program (`crate::pause`) as `/pause`.
@@ -282,11 +286,11 @@ pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": 0, "gid": 0},
+            "user": {"uid": PAUSE_ID, "gid": PAUSE_ID},
             "args": ["/pause", "pause"],
             "env": [DEFAULT_PATH],
             "cwd": "/",
-            "capabilities": {"bounding": DEFAULT_CAPS, "effective": DEFAULT_CAPS, "permitted": DEFAULT_CAPS},
+            "capabilities": {"bounding": [], "effective": [], "permitted": []},
             "noNewPrivileges": true,
             "oomScoreAdj": cgroups::PAUSE_OOM_SCORE_ADJ,
         },
@@ -301,10 +305,11 @@ pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
             "sysctl": sysctl,
             "cgroupsPath": cgroup,
             "resources": {"cpu": {"shares": 2}},
-            // No masked or read-only paths: they guard what a workload may read in its /proc
-            // and /sys, and no workload ever runs in the pause's mount namespace (containers
-            // join its pid, ipc, uts and network namespaces, never its mounts). Each one is a
-            // mount in every sandbox creation.
+            // The same as a container's: no workload runs in the pause's mount namespace, but
+            // `/proc/<pause>/root` leads into it from every process that sees the pause (a
+            // shared or the node's pid namespace) and may inspect it.
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
         },
     });
     if host.network
@@ -745,7 +750,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pause_mounts_only_proc_and_dev() {
+    fn the_pause_is_unprivileged_and_its_proc_guarded() {
         let s = sandbox("h", "/k/p", HostNamespaces::default());
         let dests: Vec<&str> = s["mounts"]
             .as_array()
@@ -754,8 +759,14 @@ mod tests {
             .filter_map(|m| m["destination"].as_str())
             .collect();
         assert_eq!(dests, ["/proc", "/dev"]);
-        assert!(s["linux"].get("maskedPaths").is_none() && s["linux"].get("readonlyPaths").is_none());
+        assert_eq!(s["linux"]["maskedPaths"], json!(MASKED_PATHS));
+        assert_eq!(s["linux"]["readonlyPaths"], json!(READONLY_PATHS));
         assert_eq!(s["root"]["readonly"], true);
+        assert_eq!(s["process"]["user"], json!({"uid": 65535, "gid": 65535}));
+        for set in ["bounding", "effective", "permitted"] {
+            assert_eq!(s["process"]["capabilities"][set], json!([]), "{set}");
+        }
+        assert_eq!(s["process"]["noNewPrivileges"], true);
     }
 
     fn kinds(spec: &Value) -> Vec<String> {

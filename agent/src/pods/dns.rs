@@ -30,7 +30,7 @@ pub fn parse_resolv_conf(text: &str) -> Dns {
             Some("search") => {
                 dns.searches = fields
                     .filter(|s| *s != ".")
-                    .map(|s| s.trim_end_matches('.').to_string())
+                    .map(|s| s.strip_suffix('.').unwrap_or(s).to_string())
                     .collect();
             }
             Some("options") => dns.options = merge_options(&dns.options, fields.map(str::to_string)),

@@ -96,12 +96,12 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
-    /// 422 with one cause: `<Kind> "<name>" is invalid: <field>: <message>`.
+    /// 422 with one cause: `<Kind>[.<group>] "<name>" is invalid: <field>: <message>`.
     pub fn invalid(res: &Resource, name: &str, field: &str, message: &str) -> Self {
         Self::invalid_fields(res, name, &[(field.to_string(), message.to_string())])
     }
 
-    /// 422 with every field error, as upstream aggregates them: `<Kind> "<name>" is invalid:
+    /// 422 with every field error, as upstream aggregates them: `<Kind>[.<group>] "<name>" is invalid:
     /// <field>: <error>` for one, `... is invalid: [<field>: <error>, ...]` for several.
     /// Each message starts with its type (`Forbidden: `, `Not found: `, ...).
     pub fn invalid_fields(res: &Resource, name: &str, errors: &[(String, String)]) -> Self {
@@ -121,11 +121,12 @@ impl ApiError {
             .iter()
             .map(|(f, m)| json!({"reason": reason(m), "message": m, "field": f}))
             .collect();
-        Self::new(
-            422,
-            "Invalid",
-            format!("{} \"{name}\" is invalid: {all}", res.kind),
-        )
+        // The kind qualified by its group, as upstream's `GroupKind` prints it.
+        let kind = match res.group {
+            "" => res.kind.to_string(),
+            group => format!("{}.{group}", res.kind),
+        };
+        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {all}"))
         .with_details(json!({
             "name": name, "group": res.group, "kind": res.kind, "causes": causes
         }))

@@ -331,8 +331,31 @@ fn pod_network(s: &mut Suite) -> R {
 
 fn share_process_namespace(s: &mut Suite) -> R {
     let sb = s.sandbox("shared-pid", PodResources::default(), true)?;
-    let c = s.container(&sb, "a", "ps -o pid,args; sleep 1000", Resources::default())?;
+    let c = s.container(
+        &sb,
+        "a",
+        "ps -o pid,args; ls /proc/1/root/ > /dev/null 2>&1 && echo PAUSE-ROOT-OPEN; sleep 1000",
+        Resources::default(),
+    )?;
     let pause = sb.pause_pid.ok_or("no pause pid")?;
+    // The pause is unprivileged (so a root container without CAP_SYS_PTRACE cannot reach its
+    // mount namespace through /proc/1/root) and its /proc is guarded as a container's.
+    let status = fs::read_to_string(format!("/proc/{pause}/status")).map_err(e("pause status"))?;
+    ensure(
+        status.lines().any(|l| {
+            l.split_whitespace()
+                .eq(["Uid:", "65535", "65535", "65535", "65535"])
+        }) && status.lines().any(|l| l == "CapEff:\t0000000000000000"),
+        || format!("the pause runs privileged: {status}"),
+    )?;
+    let mounts = fs::read_to_string(format!("/proc/{pause}/mountinfo")).map_err(e("pause mounts"))?;
+    ensure(
+        mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(4) == Some(&"/proc/sys") && f.get(5).is_some_and(|o| o.split(',').any(|o| o == "ro"))
+        }),
+        || format!("the pause's /proc/sys is not read-only: {mounts}"),
+    )?;
     ensure(ns(pid_of(&c)?, "pid")? == ns(pause, "pid")?, || {
         "container is not in the sandbox's pid ns".into()
     })?;
@@ -343,6 +366,9 @@ fn share_process_namespace(s: &mut Suite) -> R {
             .any(|l| l.trim_start().starts_with("1 ") && l.contains("/pause")),
         || format!("pause is not PID 1: {log}"),
     )?;
+    ensure(!log.contains("PAUSE-ROOT-OPEN"), || {
+        format!("a root container reached the pause's root: {log}")
+    })?;
     // A process its container's main process left behind outlives it in a shared pid
     // namespace (pause adopts it); removing the container ends it (libcontainer's delete
     // empties the container's cgroup).

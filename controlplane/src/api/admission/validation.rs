@@ -10,6 +10,11 @@ use crate::api::status::ApiError;
 pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |field: &str, msg: String| Err(ApiError::invalid(res, name, field, &msg));
+    if let Some((at, spec)) = pod_spec(res, obj)
+        && let Some((field, msg)) = dns_error(spec, at)
+    {
+        return invalid(&field, msg);
+    }
     match (res.group, res.kind) {
         ("", "Pod") => {
             let grace = obj["spec"]["terminationGracePeriodSeconds"]
@@ -31,9 +36,6 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                         ),
                     );
                 }
-            }
-            if let Some((field, msg)) = dns_error(&obj["spec"]) {
-                return invalid(&field, msg);
             }
         }
         ("batch", "CronJob") => {
@@ -170,6 +172,21 @@ pub(crate) fn validate(res: &Resource, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The pod spec an object holds, with its field path: a pod's own or its template's.
+fn pod_spec<'a>(res: &Resource, obj: &'a Value) -> Option<(&'static str, &'a Value)> {
+    let at = match (res.group, res.kind) {
+        ("", "Pod") => "spec",
+        ("", "PodTemplate") => "template.spec",
+        ("", "ReplicationController")
+        | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        | ("batch", "Job") => "spec.template.spec",
+        ("batch", "CronJob") => "spec.jobTemplate.spec.template.spec",
+        _ => return None,
+    };
+    let spec = at.split('.').try_fold(obj, |v, key| v.get(key))?;
+    Some((at, spec))
+}
+
 /// The resolver's limits (upstream's `MaxDNSNameservers`, `MaxDNSSearchPaths`,
 /// `MaxDNSSearchListChars`).
 const MAX_DNS_NAMESERVERS: usize = 3;
@@ -177,18 +194,19 @@ const MAX_DNS_SEARCHES: usize = 32;
 const MAX_DNS_SEARCH_CHARS: usize = 2048;
 
 /// The first error of a pod spec's `dnsPolicy` and `dnsConfig` (upstream's `validateDNSPolicy`
-/// and `validatePodDNSConfig`): field and message.
-fn dns_error(spec: &Value) -> Option<(String, String)> {
+/// and `validatePodDNSConfig`), the spec being at field path `at`: field and message.
+fn dns_error(spec: &Value, at: &str) -> Option<(String, String)> {
     // Go formats a []string value as `[]string{"a", "b"}`.
     let go_strings = |v: &[&str]| {
         let items: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
         format!("[]string{{{}}}", items.join(", "))
     };
     let policy = spec["dnsPolicy"].as_str().unwrap_or_default();
-    const POLICIES: [&str; 4] = ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"];
+    // Upstream's order, unsorted.
+    const POLICIES: [&str; 4] = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
     if !policy.is_empty() && !POLICIES.contains(&policy) {
         return Some((
-            "spec.dnsPolicy".into(),
+            format!("{at}.dnsPolicy"),
             format!(
                 "Unsupported value: {policy:?}: supported values: {}",
                 POLICIES.map(|p| format!("{p:?}")).join(", ")
@@ -208,13 +226,13 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
     if policy == "None" {
         if config.is_none() {
             return Some((
-                "spec.dnsConfig".into(),
+                format!("{at}.dnsConfig"),
                 "Required value: must provide `dnsConfig` when `dnsPolicy` is None".into(),
             ));
         }
         if nameservers.is_empty() {
             return Some((
-                "spec.dnsConfig.nameservers".into(),
+                format!("{at}.dnsConfig.nameservers"),
                 "Required value: must provide at least one DNS nameserver when `dnsPolicy` is None".into(),
             ));
         }
@@ -222,7 +240,7 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
     let config = config?;
     if nameservers.len() > MAX_DNS_NAMESERVERS {
         return Some((
-            "spec.dnsConfig.nameservers".into(),
+            format!("{at}.dnsConfig.nameservers"),
             format!(
                 "Invalid value: {}: must not have more than {MAX_DNS_NAMESERVERS} nameservers",
                 go_strings(&nameservers)
@@ -235,14 +253,14 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
         .find(|(_, ns)| ns.parse::<std::net::IpAddr>().is_err())
     {
         return Some((
-            format!("spec.dnsConfig.nameservers[{i}]"),
+            format!("{at}.dnsConfig.nameservers[{i}]"),
             format!("Invalid value: {ns:?}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"),
         ));
     }
     let searches = strings("searches");
     if searches.len() > MAX_DNS_SEARCHES {
         return Some((
-            "spec.dnsConfig.searches".into(),
+            format!("{at}.dnsConfig.searches"),
             format!(
                 "Invalid value: {}: must not have more than {MAX_DNS_SEARCHES} search paths",
                 go_strings(&searches)
@@ -251,7 +269,7 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
     }
     if searches.join(" ").len() > MAX_DNS_SEARCH_CHARS {
         return Some((
-            "spec.dnsConfig.searches".into(),
+            format!("{at}.dnsConfig.searches"),
             format!(
                 "Invalid value: {}: must not have more than {MAX_DNS_SEARCH_CHARS} characters (including spaces) in the search list",
                 go_strings(&searches)
@@ -263,7 +281,7 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
         let name = search.strip_suffix('.').unwrap_or(search);
         if let Some(e) = crate::api::object::dns1123_subdomain_error(name) {
             return Some((
-                format!("spec.dnsConfig.searches[{i}]"),
+                format!("{at}.dnsConfig.searches[{i}]"),
                 format!("Invalid value: {name:?}: {e}"),
             ));
         }
@@ -272,8 +290,8 @@ fn dns_error(spec: &Value) -> Option<(String, String)> {
     for (i, o) in options {
         if o["name"].as_str().is_none_or(str::is_empty) {
             return Some((
-                format!("spec.dnsConfig.options[{i}]"),
-                "Required value: Option.Name must not be empty".into(),
+                format!("{at}.dnsConfig.options[{i}]"),
+                "Required value: must not be empty".into(),
             ));
         }
     }
@@ -363,7 +381,7 @@ mod tests {
             ),
             (
                 json!({"dnsPolicy": "Cluster"}),
-                "spec.dnsPolicy: Unsupported value: \"Cluster\": supported values: \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\", \"None\"",
+                "spec.dnsPolicy: Unsupported value: \"Cluster\": supported values: \"ClusterFirstWithHostNet\", \"ClusterFirst\", \"Default\", \"None\"",
             ),
             (
                 json!({"dnsPolicy": "None"}),
@@ -387,7 +405,7 @@ mod tests {
             ),
             (
                 json!({"dnsConfig": {"options": [{"name": "ndots"}, {"value": "1"}]}}),
-                "spec.dnsConfig.options[1]: Required value: Option.Name must not be empty",
+                "spec.dnsConfig.options[1]: Required value: must not be empty",
             ),
         ];
         for (spec, want) in table {
@@ -410,6 +428,27 @@ mod tests {
         let got = message(pods, pod(json!({"dnsConfig": {"searches": long}})));
         assert!(
             got.ends_with(": must not have more than 2048 characters (including spaces) in the search list"),
+            "{got}"
+        );
+        // Templates are checked where they are.
+        let template = json!({"spec": {"dnsPolicy": "None", "containers": [{"name": "c"}]}});
+        let got = message(
+            res("apps", "deployments"),
+            json!({"metadata": {"name": "web"}, "spec": {"template": template.clone()}}),
+        );
+        assert!(
+            got.starts_with(
+                "Deployment.apps \"web\" is invalid: spec.template.spec.dnsConfig: Required value"
+            ),
+            "{got}"
+        );
+        let got = message(
+            res("batch", "cronjobs"),
+            json!({"metadata": {"name": "web"}, "spec": {"schedule": "* * * * *",
+                "jobTemplate": {"spec": {"template": template}}}}),
+        );
+        assert!(
+            got.contains("spec.jobTemplate.spec.template.spec.dnsConfig: Required value"),
             "{got}"
         );
     }
@@ -437,7 +476,7 @@ mod tests {
         if std::path::Path::new("/usr/share/zoneinfo/Europe/Moscow").is_file() {
             assert_eq!(
                 message(res("batch", "cronjobs"), cj("MSK", "0 * * * *")),
-                "CronJob \"report\" is invalid: spec.timeZone: Invalid value: \"MSK\": unknown time zone MSK"
+                "CronJob.batch \"report\" is invalid: spec.timeZone: Invalid value: \"MSK\": unknown time zone MSK"
             );
             assert_eq!(
                 message(res("batch", "cronjobs"), cj("Europe/Moscow", "0 * * * *")),
@@ -454,11 +493,11 @@ mod tests {
         );
         assert_eq!(
             message(res("batch", "cronjobs"), cj("UTC", "every day")),
-            "CronJob \"report\" is invalid: spec.schedule: Invalid value: \"every day\": expected exactly 5 fields, found 2: [every day]"
+            "CronJob.batch \"report\" is invalid: spec.schedule: Invalid value: \"every day\": expected exactly 5 fields, found 2: [every day]"
         );
         assert_eq!(
             message(res("batch", "cronjobs"), cj("UTC", "61 * * * *")),
-            "CronJob \"report\" is invalid: spec.schedule: Invalid value: \"61 * * * *\": end of range (61) above maximum (59): 61"
+            "CronJob.batch \"report\" is invalid: spec.schedule: Invalid value: \"61 * * * *\": end of range (61) above maximum (59): 61"
         );
         let hpa = |min: i64, max: i64| {
             json!({"metadata": {"name": "h"}, "spec": {
@@ -468,24 +507,24 @@ mod tests {
             crate::api::registry::find("autoscaling", "v2", "horizontalpodautoscalers").expect("served");
         assert_eq!(
             message(hpas, hpa(0, 3)),
-            "HorizontalPodAutoscaler \"h\" is invalid: spec.minReplicas: Invalid value: 0: must be greater than or equal to 1"
+            "HorizontalPodAutoscaler.autoscaling \"h\" is invalid: spec.minReplicas: Invalid value: 0: must be greater than or equal to 1"
         );
         assert_eq!(
             message(hpas, hpa(1, 0)),
-            "HorizontalPodAutoscaler \"h\" is invalid: spec.maxReplicas: Invalid value: 0: must be greater than 0"
+            "HorizontalPodAutoscaler.autoscaling \"h\" is invalid: spec.maxReplicas: Invalid value: 0: must be greater than 0"
         );
         assert_eq!(message(hpas, hpa(2, 2)), "");
         let deploy = json!({"metadata": {"name": "d"}, "spec": {"strategy": {"type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}}});
         assert_eq!(
             message(res("apps", "deployments"), deploy),
-            "Deployment \"d\" is invalid: spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"0%\"}: may not be 0 when `maxSurge` is 0"
+            "Deployment.apps \"d\" is invalid: spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"0%\"}: may not be 0 when `maxSurge` is 0"
         );
         let job = json!({"metadata": {"name": "j"}, "spec": {"podFailurePolicy": {"rules": []},
             "template": {"spec": {"restartPolicy": "OnFailure"}}}});
         assert_eq!(
             message(res("batch", "jobs"), job),
-            "Job \"j\" is invalid: spec.template.spec.restartPolicy: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified"
+            "Job.batch \"j\" is invalid: spec.template.spec.restartPolicy: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified"
         );
         let svc =
             json!({"metadata": {"name": "s"}, "spec": {"ports": [{"name": "a", "port": 80}, {"port": 81}]}});
@@ -507,7 +546,7 @@ mod tests {
             json!({"metadata": {"name": "i"}, "spec": {"rules": [{"http": {"paths": [{"path": "/"}]}}]}});
         assert_eq!(
             message(find("networking.k8s.io", "v1", "ingresses").expect("served"), ing),
-            "Ingress \"i\" is invalid: spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
+            "Ingress.networking.k8s.io \"i\" is invalid: spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
         );
     }
 }

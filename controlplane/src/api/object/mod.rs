@@ -90,16 +90,21 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
-/// DNS-1123 subdomain: at most 253 chars of [a-z0-9-.], starting and ending alphanumeric.
+/// DNS-1123 subdomain (upstream's `IsDNS1123Subdomain`): at most 253 characters; dot-separated
+/// labels of [a-z0-9-], each starting and ending alphanumeric. The first of upstream's messages.
 pub fn dns1123_subdomain_error(name: &str) -> Option<String> {
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    (!ok).then(|| {
+    if name.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+    };
+    (!name.split('.').all(label)).then(|| {
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string()
     })
 }
@@ -159,6 +164,14 @@ mod tests {
     fn names() {
         assert!(dns1123_subdomain_error("web-1.example").is_none());
         assert!(dns1123_subdomain_error("Web").is_some());
+        for bad in ["a..b", "a.-b", "a-.b", ".a", "a.", ""] {
+            assert!(dns1123_subdomain_error(bad).is_some(), "{bad}");
+        }
+        let long = format!("{}.example", "a".repeat(250));
+        assert_eq!(
+            dns1123_subdomain_error(&long).as_deref(),
+            Some("must be no more than 253 characters")
+        );
         assert!(dns1123_label_error("a.b").is_some());
         assert!(dns1123_label_error(&"a".repeat(64)).is_some());
         assert!(path_segment_error("system:coredns").is_none());
