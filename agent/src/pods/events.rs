@@ -1,6 +1,8 @@
 //! The kubelet's Events about a pod and its containers (docs/SEEDS-SPEC.md §4.18, Appendix B),
 //! with `source.component: kubelet` and the container as the `fieldPath`.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{Event as ApiEvent, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
@@ -134,24 +136,65 @@ pub struct Recorder {
     tx: mpsc::Sender<ApiEvent>,
 }
 
+/// The kubelet's recorder tries an event up to 12 times, 10 s apart, while the API server
+/// cannot be reached or is overloaded (not when it refuses the event); each try here is also
+/// bounded by 10 s, so a hung connection holds the queue no longer than that.
+const TRIES: u32 = 12;
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+const TRY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a failed post is worth another try: no answer, a timeout, 429 or a 5xx.
+fn worth_retrying(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
+}
+
+/// Creates one event, retrying as the kubelet's recorder does; the outcome is only logged.
+async fn create_retrying(client: &kube::Client, ev: &ApiEvent) {
+    let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
+    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
+    for attempt in 1..=TRIES {
+        let error = match tokio::time::timeout(TRY_TIMEOUT, api.create(&PostParams::default(), ev)).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) if !worth_retrying(&e) => {
+                tracing::debug!(error = %e, reason = ?ev.reason, "event refused");
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {TRY_TIMEOUT:?}"),
+        };
+        tracing::debug!(%error, attempt, reason = ?ev.reason, "event not recorded yet");
+        if attempt < TRIES {
+            tokio::time::sleep(RETRY_AFTER).await;
+        }
+    }
+    tracing::warn!(reason = ?ev.reason, "event not recorded after {TRIES} tries");
+}
+
 impl Recorder {
     /// Starts the posting task on the current tokio runtime.
     pub fn spawn(client: kube::Client, node: String) -> Self {
         let (tx, mut rx) = mpsc::channel::<ApiEvent>(QUEUE);
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                create(&client, &ev).await;
+                create_retrying(&client, &ev).await;
             }
         });
         Recorder { node, tx }
     }
 
-    /// Queues `events` about `pod`.
+    /// Queues `events` about `pod`; when the queue is full they are dropped (one warning per
+    /// call).
     pub fn pod(&self, pod: &Pod, events: Vec<Event>) {
-        for ev in &events {
-            if self.tx.try_send(api_event(pod, &self.node, ev)).is_err() {
-                tracing::warn!(reason = ev.reason, "event queue full: event dropped");
-            }
+        let dropped: Vec<&str> = events
+            .iter()
+            .filter(|ev| self.tx.try_send(api_event(pod, &self.node, ev)).is_err())
+            .map(|ev| ev.reason)
+            .collect();
+        if !dropped.is_empty() {
+            tracing::warn!(reasons = ?dropped, "event queue full: events dropped");
         }
     }
 }
@@ -197,6 +240,30 @@ pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, 
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    #[test]
+    fn only_unreachable_or_overloaded_servers_are_tried_again() {
+        let api = |code| {
+            kube::Error::Api(kube::core::ErrorResponse {
+                status: "Failure".into(),
+                message: String::new(),
+                reason: String::new(),
+                code,
+            })
+        };
+        for (code, again) in [
+            (409, false),
+            (403, false),
+            (422, false),
+            (429, true),
+            (500, true),
+            (503, true),
+        ] {
+            assert_eq!(worth_retrying(&api(code)), again, "{code}");
+        }
+        let unreachable = kube::Error::Service(Box::new(std::io::Error::other("connection refused")));
+        assert!(worth_retrying(&unreachable));
+    }
 
     #[test]
     fn init_containers_are_named_by_their_list() {

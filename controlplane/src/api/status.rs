@@ -126,8 +126,7 @@ impl ApiError {
             "" => res.kind.to_string(),
             group => format!("{}.{group}", res.kind),
         };
-        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {all}"))
-        .with_details(json!({
+        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {all}")).with_details(json!({
             "name": name, "group": res.group, "kind": res.kind, "causes": causes
         }))
     }
