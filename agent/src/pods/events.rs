@@ -69,6 +69,25 @@ fn field_path(pod: &Pod, container: &str) -> String {
     format!("spec.{list}{{{container}}}")
 }
 
+/// `now` in nanoseconds since the epoch, above every value returned before, so that the
+/// recorder's event names (`<pod>.<nanoseconds in hex>`, fixed when the event happens) are
+/// unique even on a coarse clock. A fixed name makes a try repeated after one that timed out
+/// but was stored a conflict (409) rather than a second event.
+fn unique_nanos(now: std::time::SystemTime) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let nanos = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or_default();
+    let previous = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(nanos.max(last.saturating_add(1)))
+        })
+        .unwrap_or_default();
+    nanos.max(previous.saturating_add(1))
+}
+
 /// The API object for `ev`.
 fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
     let m = &pod.metadata;
@@ -77,7 +96,7 @@ fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
     let now = std::time::SystemTime::now();
     ApiEvent {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
+            name: Some(format!("{name}.{:x}", unique_nanos(now))),
             namespace: Some(ns.clone()),
             ..ObjectMeta::default()
         },
@@ -303,6 +322,9 @@ mod tests {
             ev.involved_object.field_path.as_deref(),
             Some("spec.containers{main}")
         );
-        assert_eq!(ev.metadata.generate_name.as_deref(), Some("web."));
+        let named = ev.metadata.name.clone().unwrap_or_default();
+        assert!(named.starts_with("web.") && named.len() > 4, "{named}");
+        let again = api_event(&pod, "n1", &Event::normal("Started", "main", "again".into()));
+        assert_ne!(again.metadata.name, ev.metadata.name, "two events, two names");
     }
 }
