@@ -334,7 +334,7 @@ fn share_process_namespace(s: &mut Suite) -> R {
     let c = s.container(
         &sb,
         "a",
-        "ps -o pid,args; ls /proc/1/root/ > /dev/null 2>&1 && echo PAUSE-ROOT-OPEN; sleep 1000",
+        "ps -o pid,args; ls /proc/1/root/ > /dev/null 2>&1 && echo PAUSE-ROOT-OPEN || echo PAUSE-ROOT-CLOSED; sleep 1000",
         Resources::default(),
     )?;
     let pause = sb.pause_pid.ok_or("no pause pid")?;
@@ -359,14 +359,21 @@ fn share_process_namespace(s: &mut Suite) -> R {
     ensure(ns(pid_of(&c)?, "pid")? == ns(pause, "pid")?, || {
         "container is not in the sandbox's pid ns".into()
     })?;
-    std::thread::sleep(Duration::from_millis(800));
-    let log = log_text(c.log_path.as_deref().ok_or("no log path")?)?;
+    // The script's last line, however slow the guest.
+    let path = c.log_path.as_deref().ok_or("no log path")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut log = log_text(path)?;
+    while !log.lines().any(|l| l.starts_with("PAUSE-ROOT-")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        log = log_text(path)?;
+    }
     ensure(
         log.lines()
             .any(|l| l.trim_start().starts_with("1 ") && l.contains("/pause")),
         || format!("pause is not PID 1: {log}"),
     )?;
-    ensure(!log.contains("PAUSE-ROOT-OPEN"), || {
+    // Whole lines: `ps` above shows the command, both words included.
+    ensure(log.lines().any(|l| l == "PAUSE-ROOT-CLOSED"), || {
         format!("a root container reached the pause's root: {log}")
     })?;
     // A process its container's main process left behind outlives it in a shared pid
