@@ -249,10 +249,7 @@ pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, 
         reporting_instance: Some(node.into()),
         ..ApiEvent::default()
     };
-    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), "default");
-    if let Err(e) = api.create(&PostParams::default(), &ev).await {
-        tracing::debug!(error = %e, reason, "node event not recorded");
-    }
+    create(client, &ev).await;
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ struct Conn {
     fds: Vec<OwnedFd>,
     /// Requests received and not served yet, in their order (a line that did not parse is
     /// answered with the parse error in its turn).
-    requests: VecDeque<Result<Request, String>>,
+    requests: VecDeque<Result<Request, serde_json::Error>>,
 }
 
 impl Conn {
@@ -60,8 +60,7 @@ impl Conn {
     fn parse_lines(&mut self) {
         while let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.buf.drain(..=nl).collect();
-            self.requests
-                .push_back(serde_json::from_slice::<Request>(&line).map_err(|e| e.to_string()));
+            self.requests.push_back(serde_json::from_slice::<Request>(&line));
         }
     }
 }
@@ -77,7 +76,7 @@ enum Urgency {
     NewPod,
 }
 
-fn urgency(req: &Result<Request, String>) -> Urgency {
+fn urgency(req: &Result<Request, serde_json::Error>) -> Urgency {
     match req {
         Ok(Request::RunSandbox { .. }) => Urgency::NewPod,
         Ok(
@@ -364,7 +363,8 @@ mod tests {
         for (req, want) in table {
             assert_eq!(urgency(&Ok(req.clone())), want, "{req:?}");
         }
-        assert_eq!(urgency(&Err("bad".into())), Urgency::Now);
+        let bad = serde_json::from_str::<Request>("bad");
+        assert_eq!(urgency(&bad), Urgency::Now);
     }
 
     #[test]
