@@ -466,9 +466,12 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     ]);
     std::thread::sleep(Duration::from_secs(10));
     let names: Vec<String> = (0..30).map(|i| format!("many-{i}")).collect();
+    let cpu_before = node_cpu(&cp)?;
     let start = std::time::Instant::now();
     create(names.iter().map(|n| pod(n, false)).collect())?;
     let many = watch_until(&cp, &names, phase, "Running", start, Duration::from_secs(300))?;
+    let burst_s = start.elapsed().as_secs_f64();
+    let burst_cpu = node_cpu(&cp)?.since(&cpu_before, burst_s);
     eprintln!(
         "bench pods: 30 at once, last Running after {:.0} ms",
         many.iter().cloned().fold(0.0, f64::max)
@@ -503,6 +506,7 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
         "results": {
             "create_to_running_single": percentiles(single),
             "create_to_running_30_at_once": percentiles(many),
+            "node_cpu_30_at_once": burst_cpu,
             "create_to_ready_with_probe": percentiles(probed),
             "agent_kill_to_30_pods_adopted_ms": readopt,
             "pods_ready_after_agent_restart": all_ready,
@@ -515,11 +519,75 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
                   node working set is kubectl top node (whole machine incl. kernel); node userspace is \
                   VmRSS and Pss (smaps_rollup) of PID 1, the agent, the runtime and every pause process, \
                   read from the node's /proc by a privileged pod (idle: the warm-up pod and the inspector \
-                  run; 30 pods: those and the inspector)",
+                  run; 30 pods: those and the inspector); node CPU is the node's /proc/stat (busy = \
+                  all but idle and iowait, both vCPUs) and the agent's and runtime's own CPU (the \
+                  runtime's with its reaped children: libcontainer's helper processes), from before \
+                  the 30 pods' create to after the last was seen Running",
     });
     std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
+}
+
+/// CPU clock ticks on the node (USER_HZ, 100 on our kernels), read by the `inspector` pod.
+struct NodeCpu {
+    busy: u64,
+    agent: u64,
+    runtime: u64,
+}
+
+impl NodeCpu {
+    /// Seconds of CPU between `before` and this reading, over `wall_s` seconds.
+    fn since(&self, before: &NodeCpu, wall_s: f64) -> serde_json::Value {
+        let s = |a: u64, b: u64| a.saturating_sub(b) as f64 / 100.0;
+        serde_json::json!({
+            "wall_s": wall_s,
+            "node_busy_cpu_s": s(self.busy, before.busy),
+            "agent_cpu_s": s(self.agent, before.agent),
+            "runtime_cpu_s": s(self.runtime, before.runtime),
+        })
+    }
+}
+
+/// The node's busy ticks (all CPUs) and the agent's and the runtime's (the runtime's with the
+/// children it reaped).
+fn node_cpu(cp: &qemu_tests::cluster::ControlPlane) -> Result<NodeCpu> {
+    const SCRIPT: &str = r#"
+read -r _ u n s i w q sq st _ < /host/proc/stat
+echo busy $((u + n + s + q + sq + st))
+for p in /host/proc/[0-9]*; do
+  set -- $(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$2" in agent|runtime) k=$2;; *) continue;; esac
+  # utime stime cutime cstime are fields 14-17; the command (field 2) has no spaces here.
+  set -- $(cat $p/stat)
+  echo $k $((${14} + ${15} + ${16} + ${17}))
+done"#;
+    let out = cp.kubectl(&["exec", "inspector", "--", "sh", "-c", SCRIPT])?;
+    let mut cpu = NodeCpu {
+        busy: 0,
+        agent: 0,
+        runtime: 0,
+    };
+    for line in out.lines() {
+        let (kind, ticks) = line
+            .split_once(' ')
+            .with_context(|| format!("node cpu: {line:?} in {out:?}"))?;
+        let ticks: u64 = ticks
+            .trim()
+            .parse()
+            .with_context(|| format!("node cpu: {line:?}"))?;
+        match kind {
+            "busy" => cpu.busy = ticks,
+            "agent" => cpu.agent = ticks,
+            "runtime" => cpu.runtime = ticks,
+            _ => bail!("node cpu: {line:?}"),
+        }
+    }
+    ensure!(
+        cpu.busy > 0 && cpu.agent > 0 && cpu.runtime > 0,
+        "node cpu: {out:?}"
+    );
+    Ok(cpu)
 }
 
 /// What the node's own processes hold (PID 1, agent, runtime, pause), read from the node's

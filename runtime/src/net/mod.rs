@@ -88,11 +88,16 @@ pub fn attach(
     let idx = host.index(&veth)?;
     let wired = (|| {
         host.set_controller(idx, bridge)?;
+        // Pods are IPv4 only: link-local IPv6 on both ends of every veth only costs the node
+        // the kernel's address configuration work as each comes up (measured under TCG: 6-33
+        // ms of kernel worker CPU per pod, in two bursts of 30 pods; a pod's start takes ~240).
+        host.set_no_ipv6_link_local(idx)?;
         host.set_up(idx)?;
         let mut pod = Netlink::open_in(pause_pid)?;
         let lo = pod.index("lo")?;
         let eth0 = pod.index("eth0")?;
         pod.set_up(lo)?;
+        pod.set_no_ipv6_link_local(eth0)?;
         pod.add_address(eth0, ip, cidr.prefix)?;
         pod.set_up(eth0)?;
         pod.add_default_route(cidr.gateway(), eth0)

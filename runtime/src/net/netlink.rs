@@ -11,7 +11,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags,
+    LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -213,6 +214,27 @@ impl Netlink {
         m.header.change_mask = LinkFlags::Up;
         self.request("setting a link up", RouteNetlinkMessage::SetLink(m), 0)
             .map(drop)
+    }
+
+    /// Gives a link no IPv6 address of its own making (`ip link set ... addrgenmode none`): no
+    /// link-local address, so no duplicate-address detection, router solicitations or MLD
+    /// reports when it comes up. Set before the link is up. A kernel without IPv6 has nothing
+    /// to turn off (`EAFNOSUPPORT` is not an error).
+    pub fn set_no_ipv6_link_local(&mut self, index: u32) -> Result<()> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(vec![
+                AfSpecInet6::AddrGenMode(In6AddrGenMode::None),
+            ])]));
+        match self.request(
+            "turning off IPv6 address generation",
+            RouteNetlinkMessage::SetLink(m),
+            0,
+        ) {
+            Err(e) if e.errno() == Some(libc::EAFNOSUPPORT) => Ok(()),
+            r => r.map(drop),
+        }
     }
 
     /// Adds `address/prefix` to a link, with the subnet's broadcast address (as `ip addr add
