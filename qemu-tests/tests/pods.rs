@@ -673,6 +673,34 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}",
     ])?;
     ensure!(last == "1", "crash lastState: {last}");
+    // A repeat is one Event with a count, as the kubelet's event correlation records it
+    // (`kubectl describe` shows `(x2 over 40s)`): the crash pod's container started at least
+    // twice, all in one Started event.
+    let started = cp.wait_for(
+        &[
+            "events",
+            "--field-selector",
+            "involvedObject.name=crash,reason=Started",
+        ],
+        "{range .items[*]}{.count} {end}",
+        |v| v.split_whitespace().count() == 1 && v.trim().parse::<u32>().is_ok_and(|n| n >= 2),
+        Duration::from_secs(60),
+    )?;
+    let restarts: u32 = cp
+        .kubectl(&[
+            "get",
+            "pod",
+            "crash",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ])?
+        .parse()?;
+    // One start per restart plus the first; the newest start's event may be written before
+    // the status that counts it.
+    ensure!(
+        started.trim().parse::<u32>()? <= restarts + 2,
+        "Started counted {started} times for {restarts} restarts"
+    );
 
     // Events as kubectl describe shows them.
     let wants = [
@@ -1025,6 +1053,27 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         missing.contains("MissingClusterDNS=pod: \"envy_default(")
             && missing.contains(")\". kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy."),
         "envy events: {missing}"
+    );
+    // And about the node, once for all its ClusterFirst pods (correlated into one event).
+    let node_events = cp.wait_for(
+        &[
+            "events",
+            "--field-selector",
+            "involvedObject.kind=Node,reason=MissingClusterDNS",
+        ],
+        "{range .items[*]}{.count} {.message};{end}",
+        |v| v.matches(';').count() == 1,
+        Duration::from_secs(30),
+    )?;
+    let (count, message) = node_events
+        .trim_end_matches(';')
+        .split_once(' ')
+        .unwrap_or_default();
+    ensure!(
+        count.parse::<u32>().is_ok_and(|n| n >= 2)
+            && message
+                == "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+        "node MissingClusterDNS events: {node_events}"
     );
     let waiting = cp.wait_for(
         &["pod", "unconf"],

@@ -62,11 +62,14 @@ fn append_unique(a: &[String], b: impl IntoIterator<Item = String>) -> Vec<Strin
     out
 }
 
+/// The kubelet's `MissingClusterDNS` warning about the node (recorded with each pod's).
+pub const MISSING_CLUSTER_DNS: &str = "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.";
+
 /// The message of the `MissingClusterDNS` warning about `pod` (`format.Pod`: name_ns(uid)).
 fn missing_cluster_dns(pod: &Pod) -> String {
     let m = &pod.metadata;
     format!(
-        "pod: \"{}_{}({})\". kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+        "pod: \"{}_{}({})\". {MISSING_CLUSTER_DNS}",
         m.name.as_deref().unwrap_or_default(),
         m.namespace.as_deref().unwrap_or("default"),
         m.uid.as_deref().unwrap_or_default()

@@ -1,13 +1,14 @@
 //! The kubelet's Events about a pod and its containers (docs/SEEDS-SPEC.md §4.18, Appendix B),
 //! with `source.component: kubelet` and the container as the `fieldPath`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event as ApiEvent, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 
+use super::correlator::{Correlated, Correlator};
 use super::status::time;
 
 /// One event about a pod (or one of its containers).
@@ -73,7 +74,7 @@ fn field_path(pod: &Pod, container: &str) -> String {
 /// recorder's event names (`<pod>.<nanoseconds in hex>`, fixed when the event happens) are
 /// unique even on a coarse clock. A fixed name makes a try repeated after one that timed out
 /// but was stored a conflict (409) rather than a second event.
-fn unique_nanos(now: std::time::SystemTime) -> u64 {
+fn unique_nanos(now: SystemTime) -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST: AtomicU64 = AtomicU64::new(0);
     let nanos = now
@@ -88,12 +89,11 @@ fn unique_nanos(now: std::time::SystemTime) -> u64 {
     nanos.max(previous.saturating_add(1))
 }
 
-/// The API object for `ev`.
-fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
+/// The API object for `ev`, which happened at `now`.
+fn api_event(pod: &Pod, node: &str, ev: &Event, now: SystemTime) -> ApiEvent {
     let m = &pod.metadata;
     let ns = m.namespace.clone().unwrap_or_else(|| "default".into());
     let name = m.name.clone().unwrap_or_default();
-    let now = std::time::SystemTime::now();
     ApiEvent {
         metadata: ObjectMeta {
             name: Some(format!("{name}.{:x}", unique_nanos(now))),
@@ -129,7 +129,7 @@ fn api_event(pod: &Pod, node: &str, ev: &Event) -> ApiEvent {
 /// Posts events about `pod`; failures are logged (events are best effort, as in the kubelet).
 pub async fn post(client: &kube::Client, node: &str, pod: &Pod, events: Vec<Event>) {
     for ev in events {
-        create(client, &api_event(pod, node, &ev)).await;
+        create(client, &api_event(pod, node, &ev, SystemTime::now())).await;
     }
 }
 
@@ -152,7 +152,7 @@ const QUEUE: usize = 1000;
 #[derive(Clone)]
 pub struct Recorder {
     node: String,
-    tx: mpsc::Sender<ApiEvent>,
+    tx: mpsc::Sender<(ApiEvent, SystemTime)>,
 }
 
 /// The kubelet's recorder tries an event up to 12 times, 10 s apart, while the API server
@@ -170,16 +170,42 @@ fn worth_retrying(e: &kube::Error) -> bool {
     }
 }
 
-/// Creates one event, retrying as the kubelet's recorder does; the outcome is only logged.
-async fn create_retrying(client: &kube::Client, ev: &ApiEvent) {
+/// One write of the recorder: a new event, or a patch of one stored before.
+enum Write<'a> {
+    Create(&'a ApiEvent),
+    Patch(&'a ApiEvent, &'a serde_json::Value),
+}
+
+/// Writes one event, retrying as the kubelet's recorder does; returns what the API server
+/// stored (the outcome is otherwise only logged). A patch of an event that is gone (deleted,
+/// expired) creates it again, as upstream's recorder does.
+async fn write_retrying(client: &kube::Client, write: Write<'_>) -> Option<ApiEvent> {
+    let ev = match write {
+        Write::Create(ev) | Write::Patch(ev, _) => ev,
+    };
     let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
     let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
+    let once = || async {
+        if let Write::Patch(ev, patch) = write {
+            let name = ev.metadata.name.as_deref().unwrap_or_default();
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                r => return r,
+            }
+        }
+        let mut fresh = ev.clone();
+        fresh.metadata.resource_version = None;
+        api.create(&PostParams::default(), &fresh).await
+    };
     for attempt in 1..=TRIES {
-        let error = match tokio::time::timeout(TRY_TIMEOUT, api.create(&PostParams::default(), ev)).await {
-            Ok(Ok(_)) => return,
+        let error = match tokio::time::timeout(TRY_TIMEOUT, once()).await {
+            Ok(Ok(stored)) => return Some(stored),
             Ok(Err(e)) if !worth_retrying(&e) => {
                 tracing::debug!(error = %e, reason = ?ev.reason, "event refused");
-                return;
+                return None;
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {TRY_TIMEOUT:?}"),
@@ -190,15 +216,30 @@ async fn create_retrying(client: &kube::Client, ev: &ApiEvent) {
         }
     }
     tracing::warn!(reason = ?ev.reason, "event not recorded after {TRIES} tries");
+    None
 }
 
 impl Recorder {
-    /// Starts the posting task on the current tokio runtime.
+    /// Starts the posting task on the current tokio runtime. Events go through the kubelet's
+    /// correlation ([`super::correlator`]) first: repeats patch the stored event's count,
+    /// similar ones are combined, a flood about one object is cut.
     pub fn spawn(client: kube::Client, node: String) -> Self {
-        let (tx, mut rx) = mpsc::channel::<ApiEvent>(QUEUE);
+        let (tx, mut rx) = mpsc::channel::<(ApiEvent, SystemTime)>(QUEUE);
         tokio::spawn(async move {
-            while let Some(ev) = rx.recv().await {
-                create_retrying(&client, &ev).await;
+            let mut correlator = Correlator::default();
+            while let Some((ev, at)) = rx.recv().await {
+                let object = ev.involved_object.name.clone().unwrap_or_default();
+                let named = || format!("{object}.{:x}", unique_nanos(SystemTime::now()));
+                let stored = match correlator.correlate(ev, at, named) {
+                    Correlated::Skip => continue,
+                    Correlated::Create(ev) => write_retrying(&client, Write::Create(&ev)).await,
+                    Correlated::Patch { event, patch } => {
+                        write_retrying(&client, Write::Patch(&event, &patch)).await
+                    }
+                };
+                if let Some(stored) = stored {
+                    correlator.stored(&stored);
+                }
             }
         });
         Recorder { node, tx }
@@ -207,24 +248,40 @@ impl Recorder {
     /// Queues `events` about `pod`; when the queue is full they are dropped (one warning per
     /// call).
     pub fn pod(&self, pod: &Pod, events: Vec<Event>) {
+        let now = SystemTime::now();
         let dropped: Vec<&str> = events
             .iter()
-            .filter(|ev| self.tx.try_send(api_event(pod, &self.node, ev)).is_err())
+            .filter(|ev| {
+                self.tx
+                    .try_send((api_event(pod, &self.node, ev, now), now))
+                    .is_err()
+            })
             .map(|ev| ev.reason)
             .collect();
         if !dropped.is_empty() {
             tracing::warn!(reasons = ?dropped, "event queue full: events dropped");
         }
     }
+
+    /// Queues a Warning event about this node.
+    pub fn node(&self, reason: &'static str, message: String) {
+        let now = SystemTime::now();
+        if self
+            .tx
+            .try_send((node_event(&self.node, reason, message, now), now))
+            .is_err()
+        {
+            tracing::warn!(reason, "event queue full: event dropped");
+        }
+    }
 }
 
-/// Posts a Warning event about this node (the kubelet's node events, e.g.
-/// `EvictionThresholdMet`), in the `default` namespace as the kubelet records them.
-pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, message: String) {
-    let now = std::time::SystemTime::now();
-    let ev = ApiEvent {
+/// A Warning event about node `node` (the kubelet's node events, e.g. `EvictionThresholdMet`),
+/// in the `default` namespace as the kubelet records them, with the recorder's fixed name.
+fn node_event(node: &str, reason: &'static str, message: String, now: SystemTime) -> ApiEvent {
+    ApiEvent {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{node}.")),
+            name: Some(format!("{node}.{:x}", unique_nanos(now))),
             namespace: Some("default".into()),
             ..ObjectMeta::default()
         },
@@ -248,8 +305,13 @@ pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, 
         reporting_component: Some("kubelet".into()),
         reporting_instance: Some(node.into()),
         ..ApiEvent::default()
-    };
-    create(client, &ev).await;
+    }
+}
+
+/// Posts a Warning event about this node and waits for the answer (node-pressure events,
+/// whose order with the evictions matters).
+pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, message: String) {
+    create(client, &node_event(node, reason, message, SystemTime::now())).await;
 }
 
 #[cfg(test)]
@@ -303,7 +365,12 @@ mod tests {
             }),
             ..Pod::default()
         };
-        let ev = api_event(&pod, "n1", &Event::warning("BackOff", "setup", "m".into()));
+        let ev = api_event(
+            &pod,
+            "n1",
+            &Event::warning("BackOff", "setup", "m".into()),
+            SystemTime::now(),
+        );
         assert_eq!(
             ev.involved_object.field_path.as_deref(),
             Some("spec.initContainers{setup}")
@@ -314,6 +381,7 @@ mod tests {
             &pod,
             "n1",
             &Event::normal("Started", "main", "Container started".into()),
+            SystemTime::now(),
         );
         assert_eq!(
             ev.involved_object.field_path.as_deref(),
@@ -321,7 +389,12 @@ mod tests {
         );
         let named = ev.metadata.name.clone().unwrap_or_default();
         assert!(named.starts_with("web.") && named.len() > 4, "{named}");
-        let again = api_event(&pod, "n1", &Event::normal("Started", "main", "again".into()));
+        let again = api_event(
+            &pod,
+            "n1",
+            &Event::normal("Started", "main", "again".into()),
+            SystemTime::now(),
+        );
         assert_ne!(again.metadata.name, ev.metadata.name, "two events, two names");
     }
 }

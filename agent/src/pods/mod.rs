@@ -17,6 +17,7 @@
 mod admission;
 pub(crate) mod backoff;
 mod container;
+mod correlator;
 mod dns;
 mod env;
 pub(crate) mod events;

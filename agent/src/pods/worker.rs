@@ -582,6 +582,12 @@ impl Worker {
         let old = self.sandbox_ids();
         let node_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         let (dns, warnings) = dns::pod_dns(pod, &dns::parse_resolv_conf(&node_resolv));
+        if warnings.iter().any(|(reason, _)| *reason == "MissingClusterDNS") {
+            // The kubelet warns about its node too (one event, counted, by the correlation).
+            self.ctx
+                .events
+                .node("MissingClusterDNS", dns::MISSING_CLUSTER_DNS.into());
+        }
         let warnings = warnings
             .into_iter()
             .map(|(reason, message)| Event::pod(reason, true, message))
