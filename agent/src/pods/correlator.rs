@@ -154,19 +154,12 @@ fn similar_key(ev: &Event) -> String {
     .join("")
 }
 
-/// The whole event (with the field path and message): the de-duplication key.
+/// The whole event (with the field path and message): the de-duplication key. (Upstream's
+/// key has the same parts in another order.)
 fn event_key(ev: &Event) -> String {
-    let o = &ev.involved_object;
-    let [component, host] = source(ev);
     [
-        component,
-        host,
-        o.kind.as_deref().unwrap_or_default(),
-        o.namespace.as_deref().unwrap_or_default(),
-        o.name.as_deref().unwrap_or_default(),
-        o.field_path.as_deref().unwrap_or_default(),
-        o.uid.as_deref().unwrap_or_default(),
-        o.api_version.as_deref().unwrap_or_default(),
+        object_key(ev).as_str(),
+        ev.involved_object.field_path.as_deref().unwrap_or_default(),
         ev.type_.as_deref().unwrap_or_default(),
         ev.reason.as_deref().unwrap_or_default(),
         ev.message.as_deref().unwrap_or_default(),
