@@ -149,8 +149,15 @@ fn open_fds() -> std::collections::BTreeSet<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return Default::default();
     };
-    dir.flatten()
+    let listed: Vec<i32> = dir
+        .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    // The listing's own descriptor is closed by now, and its number is the next one handed
+    // out: it must not count as open, or a socket leaked there would never be closed.
+    listed
+        .into_iter()
+        .filter(|fd| nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFD).is_ok())
         .collect()
 }
 

@@ -219,7 +219,8 @@ impl Netlink {
     /// Gives a link no IPv6 address of its own making (`ip link set ... addrgenmode none`): no
     /// link-local address, so no duplicate-address detection, router solicitations or MLD
     /// reports when it comes up. Set before the link is up. A kernel without IPv6 has nothing
-    /// to turn off (`EAFNOSUPPORT` is not an error).
+    /// to turn off (`EAFNOSUPPORT` is not an error); any other refusal is logged and the link
+    /// keeps the kernel's default (it only costs work, it is not wrong).
     pub fn set_no_ipv6_link_local(&mut self, index: u32) -> Result<()> {
         let mut m = LinkMessage::default();
         m.header.index = index;
@@ -233,6 +234,10 @@ impl Netlink {
             0,
         ) {
             Err(e) if e.errno() == Some(libc::EAFNOSUPPORT) => Ok(()),
+            Err(e @ NetlinkError::Refused { .. }) => {
+                tracing::warn!(index, error = %e, "IPv6 address generation stays on");
+                Ok(())
+            }
             r => r.map(drop),
         }
     }
