@@ -142,22 +142,26 @@ pub fn syscall_errno(nr: i64, a: u64, b: u64) -> i32 {
     }
 }
 
-/// The descriptor numbers this process has open (`/proc/self/fd`). Only the numbers: what
-/// each one is gets read only for the few opened during a failed build (a `readlink` per
-/// descriptor before every build cost ~150 calls per container on a node with 30 pods).
+/// The descriptor numbers this process has open (`/proc/self/fd`, without the listing's own).
+/// Only the numbers: what each one is gets read only for the few opened during a failed build
+/// (a `readlink` per descriptor before every build cost ~150 calls per container on a node
+/// with 30 pods).
 fn open_fds() -> std::collections::BTreeSet<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+    use nix::fcntl::OFlag;
+    let Ok(mut dir) = nix::dir::Dir::open(
+        "/proc/self/fd",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
         return Default::default();
     };
-    let listed: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    // The listing's own descriptor is closed by now, and its number is the next one handed
+    // The listing's own descriptor is closed afterwards and its number is the next one handed
     // out: it must not count as open, or a socket leaked there would never be closed.
-    listed
-        .into_iter()
-        .filter(|fd| nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFD).is_ok())
+    let own = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    dir.iter()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().ok()?.parse().ok())
+        .filter(|fd| *fd != own)
         .collect()
 }
 
@@ -182,8 +186,8 @@ pub fn closing_sockets_on_failure<T, E>(build: impl FnOnce() -> Result<T, E>) ->
 
 /// Closes the sockets among the descriptors opened since `before` was taken: what a failed
 /// libcontainer build left open (its channels to the processes it started; measured: ~2
-/// sockets per failed exec into a container that was exiting). Only for a single-threaded caller, right after the failed
-/// build, when nothing else can have opened a socket meanwhile.
+/// sockets per failed exec into a container that was exiting). Only for a single-threaded
+/// caller, right after the failed build, when nothing else can have opened a socket meanwhile.
 fn close_sockets_since(before: &std::collections::BTreeSet<i32>) -> usize {
     let mut closed = 0;
     for fd in open_fds().difference(before).filter(|fd| is_socket(**fd)) {

@@ -67,6 +67,11 @@ impl<V> Lru<V> {
         })
     }
 
+    /// Removes `key`'s value (to be inserted again, changed).
+    fn take(&mut self, key: &str) -> Option<V> {
+        self.map.remove(key).map(|(_, v)| v)
+    }
+
     fn insert(&mut self, key: String, value: V) {
         self.tick += 1;
         self.map.insert(key, (self.tick, value));
@@ -99,6 +104,17 @@ struct Logged {
     first: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     name: Option<String>,
     resource_version: Option<String>,
+}
+
+impl Logged {
+    fn of(ev: &Event) -> Self {
+        Logged {
+            count: ev.count.unwrap_or(1),
+            first: ev.first_timestamp.clone(),
+            name: ev.metadata.name.clone(),
+            resource_version: ev.metadata.resource_version.clone(),
+        }
+    }
 }
 
 /// The correlator's state (one per recorder).
@@ -184,15 +200,7 @@ impl Correlator {
 
     /// What the API server stored (after a create or patch): the next identical event patches it.
     pub fn stored(&mut self, ev: &Event) {
-        self.logged.insert(
-            event_key(ev),
-            Logged {
-                count: ev.count.unwrap_or(1),
-                first: ev.first_timestamp.clone(),
-                name: ev.metadata.name.clone(),
-                resource_version: ev.metadata.resource_version.clone(),
-            },
-        );
+        self.logged.insert(event_key(ev), Logged::of(ev));
     }
 
     /// Upstream's `EventAggregate`: the event to record and its de-duplication key.
@@ -204,7 +212,7 @@ impl Correlator {
             messages: HashSet::new(),
             last: now,
         };
-        let mut record = self.similar.map.remove(&group).map_or_else(fresh, |(_, r)| r);
+        let mut record = self.similar.take(&group).unwrap_or_else(fresh);
         if now.duration_since(record.last).unwrap_or_default() > AGGREGATE_INTERVAL {
             record = fresh();
         }
@@ -254,28 +262,17 @@ impl Correlator {
                 "message": ev.message,
             }));
         }
-        self.logged.insert(
-            key,
-            Logged {
-                count: ev.count.unwrap_or(1),
-                first: ev.first_timestamp.clone(),
-                name: ev.metadata.name.clone(),
-                resource_version: ev.metadata.resource_version.clone(),
-            },
-        );
+        self.logged.insert(key, Logged::of(&ev));
         (ev, patch)
     }
 
     /// The spam filter: whether the source may record another event about this object now.
     fn allow(&mut self, ev: &Event, now: SystemTime) -> bool {
         let key = object_key(ev);
-        let mut bucket = self.spam.map.remove(&key).map_or(
-            Bucket {
-                tokens: SPAM_BURST,
-                at: now,
-            },
-            |(_, b)| b,
-        );
+        let mut bucket = self.spam.take(&key).unwrap_or(Bucket {
+            tokens: SPAM_BURST,
+            at: now,
+        });
         let elapsed = now.duration_since(bucket.at).unwrap_or_default().as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * SPAM_REFILL_PER_SEC).min(SPAM_BURST);
         bucket.at = now.max(bucket.at);
