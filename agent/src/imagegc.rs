@@ -179,8 +179,7 @@ pub fn shortfall(wanted: u64, found: u64) -> String {
 /// request on `reclaim` (the eviction manager's, under image file system pressure) removes
 /// every unused image old enough at once and is answered with the bytes freed.
 pub async fn run(
-    client: kube::Client,
-    node: String,
+    events: crate::pods::events::Recorder,
     policy: Policy,
     mut reclaim: tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<u64>>,
 ) {
@@ -223,7 +222,7 @@ pub async fn run(
             Ok(Some((wanted, plan))) if plan.freed < wanted => {
                 let msg = shortfall(wanted, plan.freed);
                 tracing::warn!(message = %msg, "image garbage collection fell short");
-                crate::pods::events::post_node(&client, &node, "FreeDiskSpaceFailed", msg).await;
+                events.node_now("FreeDiskSpaceFailed", msg).await;
             }
             Ok(Some((wanted, plan))) => {
                 tracing::info!(wanted, freed = plan.freed, images = ?plan.remove, "images garbage collected");

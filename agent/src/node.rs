@@ -704,6 +704,8 @@ pub async fn run(
     ));
     let pressure = std::sync::Arc::new(tokio::sync::watch::channel(Pressure::default()).0);
     let (image_reclaim, reclaim_requests) = tokio::sync::mpsc::channel(1);
+    // One recorder (and one event correlation) for everything this node reports.
+    let events = crate::pods::events::Recorder::spawn(client.clone(), name.clone());
     let pods = crate::pods::run(
         client.clone(),
         crate::pods::PodSettings {
@@ -722,14 +724,10 @@ pub async fn run(
         state.clone(),
         pressure.clone(),
         known,
+        events.clone(),
     );
     let gc = settings.image_gc.unwrap_or_default();
-    tokio::spawn(crate::imagegc::run(
-        client.clone(),
-        name.clone(),
-        gc,
-        reclaim_requests,
-    ));
+    tokio::spawn(crate::imagegc::run(events, gc, reclaim_requests));
     let (cidr_client, cidr_node) = (client.clone(), name.clone());
     tokio::spawn(async move {
         // Pods get addresses from the node's own range, so the pod loop waits for it.

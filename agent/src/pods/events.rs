@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::{Event as ApiEvent, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::correlator::{Correlated, Correlator};
 use super::status::time;
@@ -126,34 +126,23 @@ fn api_event(pod: &Pod, node: &str, ev: &Event, now: SystemTime) -> ApiEvent {
     }
 }
 
-/// Posts events about `pod`; failures are logged (events are best effort, as in the kubelet).
-pub async fn post(client: &kube::Client, node: &str, pod: &Pod, events: Vec<Event>) {
-    for ev in events {
-        create(client, &api_event(pod, node, &ev, SystemTime::now())).await;
-    }
-}
-
-/// Creates one event in its namespace; a failure is logged, nothing else (events are advisory).
-async fn create(client: &kube::Client, ev: &ApiEvent) {
-    let ns = ev.metadata.namespace.as_deref().unwrap_or("default");
-    let api: kube::Api<ApiEvent> = kube::Api::namespaced(client.clone(), ns);
-    if let Err(e) = api.create(&PostParams::default(), ev).await {
-        tracing::debug!(error = %e, reason = ?ev.reason, "event not recorded");
-    }
-}
-
 /// How many events may wait to be posted; beyond that new ones are dropped (the kubelet's
 /// recorder queues 1,000 too).
 const QUEUE: usize = 1000;
 
-/// Posts the pod workers' events in the background, one after another in the order they were
-/// recorded, so that no pod waits for the API before its next step (the kubelet's recorder is
-/// asynchronous as well). Each event carries the time it happened, not the time it was posted.
-#[derive(Clone)]
+/// Posts the node's events (the pod workers', the eviction manager's, the image collector's) in
+/// the background, one after another in the order they were recorded, so that no pod waits for
+/// the API before its next step (the kubelet's recorder is asynchronous as well). Each event
+/// carries the time it happened, not the time it was posted.
+#[derive(Clone, Debug)]
 pub struct Recorder {
     node: String,
-    tx: mpsc::Sender<(ApiEvent, SystemTime)>,
+    tx: mpsc::Sender<Queued>,
 }
+
+/// An event waiting to be posted, the time it happened, and who waits for its write (success
+/// or not).
+type Queued = (ApiEvent, SystemTime, Option<oneshot::Sender<()>>);
 
 /// The kubelet's recorder tries an event up to 12 times, 10 s apart, while the API server
 /// cannot be reached or is overloaded (not when it refuses the event); each try here is also
@@ -224,10 +213,11 @@ impl Recorder {
     /// correlation ([`super::correlator`]) first: repeats patch the stored event's count,
     /// similar ones are combined, a flood about one object is cut.
     pub fn spawn(client: kube::Client, node: String) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(ApiEvent, SystemTime)>(QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Queued>(QUEUE);
         tokio::spawn(async move {
             let mut correlator = Correlator::default();
-            while let Some((ev, at)) = rx.recv().await {
+            // `_written` is dropped when this round ends, which tells a waiting sender.
+            while let Some((ev, at, _written)) = rx.recv().await {
                 let object = ev.involved_object.name.clone().unwrap_or_default();
                 let named = || format!("{object}.{:x}", unique_nanos(SystemTime::now()));
                 let stored = match correlator.correlate(ev, at, named) {
@@ -253,7 +243,7 @@ impl Recorder {
             .iter()
             .filter(|ev| {
                 self.tx
-                    .try_send((api_event(pod, &self.node, ev, now), now))
+                    .try_send((api_event(pod, &self.node, ev, now), now, None))
                     .is_err()
             })
             .map(|ev| ev.reason)
@@ -268,10 +258,40 @@ impl Recorder {
         let now = SystemTime::now();
         if self
             .tx
-            .try_send((node_event(&self.node, reason, message, now), now))
+            .try_send((node_event(&self.node, reason, message, now), now, None))
             .is_err()
         {
             tracing::warn!(reason, "event queue full: event dropped");
+        }
+    }
+
+    /// Records a Warning event about this node and waits (at most [`TRY_TIMEOUT`]) until the
+    /// recorder has written it, or given up: the eviction manager's `EvictionThresholdMet` goes
+    /// out before the eviction it announces, through the same correlation as every other event
+    /// (a threshold met round after round is one event with a count, as the kubelet's).
+    pub async fn node_now(&self, reason: &'static str, message: String) {
+        let now = SystemTime::now();
+        self.send_and_wait(node_event(&self.node, reason, message, now), now)
+            .await;
+    }
+
+    /// Like [`Recorder::node_now`], for an event about `pod` (the eviction manager's `Evicted`).
+    pub async fn pod_now(&self, pod: &Pod, ev: &Event) {
+        let now = SystemTime::now();
+        self.send_and_wait(api_event(pod, &self.node, ev, now), now).await;
+    }
+
+    async fn send_and_wait(&self, ev: ApiEvent, now: SystemTime) {
+        let reason = ev.reason.clone();
+        let (written, wait) = oneshot::channel();
+        let queued = async {
+            if self.tx.send((ev, now, Some(written))).await.is_ok() {
+                // The recorder drops its end once the write is done (nothing is sent on it).
+                let _ = wait.await;
+            }
+        };
+        if tokio::time::timeout(TRY_TIMEOUT, queued).await.is_err() {
+            tracing::debug!(?reason, "event not written yet; going on");
         }
     }
 }
@@ -306,12 +326,6 @@ fn node_event(node: &str, reason: &'static str, message: String, now: SystemTime
         reporting_instance: Some(node.into()),
         ..ApiEvent::default()
     }
-}
-
-/// Posts a Warning event about this node and waits for the answer (node-pressure events,
-/// whose order with the evictions matters).
-pub async fn post_node(client: &kube::Client, node: &str, reason: &'static str, message: String) {
-    create(client, &node_event(node, reason, message, SystemTime::now())).await;
 }
 
 #[cfg(test)]

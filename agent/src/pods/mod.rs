@@ -227,6 +227,7 @@ pub async fn run(
     state: Arc<watch::Sender<NodeState>>,
     pressure: Arc<watch::Sender<pressure::Pressure>>,
     known: KnownPods,
+    events: events::Recorder,
 ) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -244,7 +245,7 @@ pub async fn run(
             cpus: crate::node::cpu_capacity(),
         },
         node_object: std::sync::Mutex::new(None),
-        events: events::Recorder::spawn(client.clone(), settings.node.clone()),
+        events,
         services: watch_services(client.clone()),
     });
     let (snap_tx, snap_rx) = watch::channel(None);
@@ -289,7 +290,7 @@ pub async fn run(
                 continue;
             }
             _ = evict.tick(), if !shutting_down => {
-                evictor.tick(&ctx.client, &settings.node, active(&workers), &pressure).await;
+                evictor.tick(&ctx.events, active(&workers), &pressure).await;
                 continue;
             }
             changed = state_rx.changed(), if !shutting_down => {

@@ -681,8 +681,7 @@ impl Evictor {
     /// node's pods that have not ended), once the previous eviction is done.
     pub async fn tick(
         &mut self,
-        client: &kube::Client,
-        node: &str,
+        recorder: &events::Recorder,
         targets: Vec<Target>,
         pressure: &watch::Sender<Pressure>,
     ) {
@@ -741,13 +740,12 @@ impl Evictor {
             available = observation.available,
             "eviction threshold met"
         );
-        events::post_node(
-            client,
-            node,
-            "EvictionThresholdMet",
-            format!("Attempting to reclaim {}", signal.resource()),
-        )
-        .await;
+        recorder
+            .node_now(
+                "EvictionThresholdMet",
+                format!("Attempting to reclaim {}", signal.resource()),
+            )
+            .await;
         if self.reclaimed(signal, observe).await {
             tracing::info!(signal = signal.name(), "pressure relieved without evicting a pod");
             return;
@@ -766,7 +764,7 @@ impl Evictor {
             "evicting the pod"
         );
         let ev = events::Event::pod(EVICTED_REASON, true, msg.clone());
-        events::post(client, node, &v.pod, vec![ev]).await;
+        recorder.pod_now(&v.pod, &ev).await;
         let (tx, rx) = oneshot::channel();
         let kill = Kill {
             failure: failure(msg, &threshold, &v.pod, self.max_pod_grace),
