@@ -1294,9 +1294,25 @@ fn exec(s: &mut Suite) -> R {
         .map_err(e("exec tty"))?;
     drop(pty.slave);
     let code = s.client.wait_exec(&id).map_err(e("wait exec"))?;
+    // The two lines may arrive in separate reads of the terminal: read until both are there,
+    // the terminal is closed, or 10 s have passed.
     let mut buf = vec![0u8; 4096];
-    let n = nix::unistd::read(pty.master.as_raw_fd(), &mut buf).map_err(e("read pty"))?;
-    let out = String::from_utf8_lossy(&buf[..n]).replace('\r', "");
+    let mut out = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while out.matches('\n').count() < 2 && Instant::now() < deadline {
+        let mut ready = [nix::poll::PollFd::new(
+            pty.master.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        if nix::poll::poll(&mut ready, nix::poll::PollTimeout::from(500u16)).map_err(e("poll pty"))? == 0 {
+            continue;
+        }
+        match nix::unistd::read(pty.master.as_raw_fd(), &mut buf) {
+            Ok(0) | Err(nix::errno::Errno::EIO) => break,
+            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', "")),
+            Err(err) => return Err(format!("read pty: {err}")),
+        }
+    }
     ensure(code == 0 && out == "TTY\n40 100\n", || {
         format!("tty exec: exit {code}, output {out:?}")
     })?;
