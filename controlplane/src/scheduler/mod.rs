@@ -435,9 +435,10 @@ impl Scheduler {
     }
 
     fn on_pod(&mut self, pod: Arc<Pod>, stores: &Stores, now: Instant) {
-        let info = Arc::new(Self::pod_info(pod, stores));
+        let info = Self::pod_info(pod, stores);
         let uid = info.uid.clone();
         if info.node_name.is_some() {
+            let info = Arc::new(info.placed());
             self.queue.remove(&uid);
             self.nominations.remove(&uid);
             self.gated.remove(&uid);
@@ -461,6 +462,7 @@ impl Scheduler {
             }
             return;
         }
+        let info = Arc::new(info);
         if info.scheduler_name != self.cfg.name || info.terminating || info.finished {
             self.queue.remove(&uid);
             self.nominations.remove(&uid);
@@ -523,10 +525,8 @@ impl Scheduler {
         let mut exprs = Vec::new();
         let owner = info
             .pod
-            .metadata
-            .owner_references
             .iter()
-            .flatten()
+            .flat_map(|p| p.metadata.owner_references.iter().flatten())
             .find(|o| o.controller == Some(true));
         if let Some(o) = owner {
             let ns = Some(info.namespace.as_str());
@@ -817,8 +817,8 @@ impl Scheduler {
     fn set_unschedulable_condition(&self, info: &Arc<PodInfo>, reason: &str, message: &str) {
         let current = info
             .pod
-            .status
-            .as_ref()
+            .as_deref()
+            .and_then(|p| p.status.as_ref())
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
         if current.is_some_and(|c| {

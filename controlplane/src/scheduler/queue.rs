@@ -141,7 +141,7 @@ fn backoff_for(attempts: u32) -> Duration {
 
 /// Whether an update of a pending pod may change where it fits (not just its status).
 fn spec_or_labels_changed(old: &PodInfo, new: &PodInfo) -> bool {
-    old.pod.spec != new.pod.spec || old.labels != new.labels
+    old.spec() != new.spec() || old.labels != new.labels
 }
 
 impl SchedulingQueue {
@@ -461,7 +461,7 @@ mod tests {
         q.upsert(info("p", 0), t0);
         q.pop(t0);
         q.unschedulable("p", vec![Plugin::TaintToleration], t0);
-        let mut pod = (*info("p", 0).pod).clone();
+        let mut pod = info("p", 0).pod.as_deref().cloned().expect("a pending pod's object");
         if let Some(spec) = pod.spec.as_mut() {
             spec.tolerations = Some(vec![Default::default()]);
         }

@@ -64,8 +64,10 @@ fn cache(nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>>, placed: Vec<(Arc<Pod
     for n in nodes {
         c.upsert_node(n);
     }
+    // As the watch files bound pods: without their objects (what filters and scores read of a
+    // placed pod must be in its precomputed fields).
     for (p, n) in placed {
-        c.assume(p, n);
+        c.assume(Arc::new((*p).clone().placed()), n);
     }
     c
 }

@@ -43,7 +43,7 @@ pub fn taint_toleration(pod: &PodInfo, node: &NodeInfo) -> Option<Rejection> {
 }
 
 pub fn node_affinity(pod: &PodInfo, node: &NodeInfo) -> Option<Rejection> {
-    let spec = pod.pod.spec.as_ref()?;
+    let spec = pod.spec()?;
     (!node_matches_pod(spec, &node.node)).then(|| {
         Rejection::new(
             Plugin::NodeAffinity,
@@ -82,9 +82,7 @@ pub fn prefer_no_schedule_count(pod: &PodInfo, node: &NodeInfo) -> i64 {
 
 /// NodeAffinity score before normalisation: the weights of the preferred terms the node matches.
 pub fn preferred_node_affinity(pod: &PodInfo, node: &NodeInfo) -> i64 {
-    pod.pod
-        .spec
-        .as_ref()
+    pod.spec()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
@@ -114,7 +112,7 @@ fn normalized_image(name: &str) -> String {
 /// nodes that have it, mapped to 0-100 between 23 MB and 1000 MB per container.
 pub fn image_locality(pod: &PodInfo, node: &NodeInfo, cache: &Cache) -> i64 {
     let total_nodes = cache.nodes().len().max(1) as f64;
-    let spec = pod.pod.spec.as_ref();
+    let spec = pod.spec();
     let images = spec
         .into_iter()
         .flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
