@@ -550,3 +550,31 @@ fn nominated_pods_keep_their_room() {
         "a higher priority pod ignores it"
     );
 }
+
+#[test]
+fn a_node_update_reports_what_filters_read_and_not_heartbeats() {
+    let ready = |status: &str, heartbeat: &str| {
+        let mut n = (*node("a", "4", "8Gi", json!({"zone": "z1"}), json!([]))).clone();
+        n.status.get_or_insert_with(Default::default).conditions = Some(vec![
+            serde_json::from_value(json!({"type": "Ready", "status": status,
+                "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-01-01T00:00:00Z"}))
+            .expect("condition"),
+        ]);
+        Arc::new(n)
+    };
+    let mut c = Cache::default();
+    assert!(c.upsert_node(ready("True", "2026-01-01T00:00:00Z")).added);
+    let heartbeat = c.upsert_node(ready("True", "2026-01-01T00:00:10Z"));
+    assert!(!heartbeat.any(), "a heartbeat alone changes nothing: {heartbeat:?}");
+    let not_ready = c.upsert_node(ready("False", "2026-01-01T00:00:20Z"));
+    assert!(not_ready.conditions && !not_ready.labels && !not_ready.allocatable, "{not_ready:?}");
+    let relabelled = c.upsert_node(node("a", "4", "8Gi", json!({"zone": "z2"}), json!([])));
+    assert!(relabelled.labels && !relabelled.allocatable, "{relabelled:?}");
+    // What node affinity matches the cached node against: its name and current labels.
+    let cached = c.node("a").expect("cached");
+    assert_eq!(cached.node.metadata.name.as_deref(), Some("a"));
+    assert_eq!(
+        cached.node.metadata.labels.as_ref().and_then(|l| l.get("zone")).map(String::as_str),
+        Some("z2")
+    );
+}
