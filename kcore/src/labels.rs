@@ -64,30 +64,46 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
     }
 }
 
+/// What node selection reads of a node: its name (`matchFields` on `metadata.name`) and its
+/// labels. A cache that keeps only these can match without holding the whole `Node`.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeView<'a> {
+    pub name: Option<&'a str>,
+    pub labels: &'a Labels,
+}
+
+impl<'a> From<&'a Node> for NodeView<'a> {
+    fn from(node: &'a Node) -> Self {
+        Self {
+            name: node.metadata.name.as_deref(),
+            labels: labels_of(&node.metadata.labels),
+        }
+    }
+}
+
 /// Whether a node selector term selects `node`: every requirement holds. A term with no
 /// requirements selects nothing.
-pub fn node_selector_term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+pub fn node_selector_term_matches<'a>(term: &NodeSelectorTerm, node: impl Into<NodeView<'a>>) -> bool {
+    let node = node.into();
     let exprs = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    let labels = labels_of(&node.metadata.labels);
     exprs
         .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        .all(|r| requirement_matches(r, node.labels.get(&r.key).map(String::as_str)))
         && fields.iter().all(|r| {
-            let value = (r.key == "metadata.name")
-                .then_some(node.metadata.name.as_deref())
-                .flatten();
+            let value = (r.key == "metadata.name").then_some(node.name).flatten();
             requirement_matches(r, value)
         })
 }
 
 /// Whether `node` satisfies the pod's `nodeSelector` and its required node affinity (terms are
 /// ORed; an empty term list selects nothing).
-pub fn node_matches_pod(spec: &PodSpec, node: &Node) -> bool {
-    let labels = labels_of(&node.metadata.labels);
+pub fn node_matches_pod<'a>(spec: &PodSpec, node: impl Into<NodeView<'a>>) -> bool {
+    let node = node.into();
+    let labels = node.labels;
     if let Some(sel) = &spec.node_selector
         && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
     {

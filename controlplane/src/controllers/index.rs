@@ -191,9 +191,10 @@ impl<K: Object> Index<K> {
 pub type OwnerIndex<K> = Index<K>;
 
 impl<K: Object> Index<K> {
-    /// Objects of `informer` by their controller's uid (and the orphans by namespace).
+    /// Objects of `informer` by their controller's uid (and the orphans by namespace); one
+    /// index per informer, however many controllers ask.
     pub fn by_controller(informer: &Informer<K>) -> Arc<Self> {
-        Self::new(informer, controller_key::<K>)
+        informer.shared("by-controller", || Self::new(informer, controller_key::<K>))
     }
 
     /// The cached objects whose controller has `uid`.
@@ -215,7 +216,7 @@ pub type PodsByNode = Index<Pod>;
 impl Index<Pod> {
     /// The pods of `informer` by node.
     pub fn by_node(informer: &Informer<Pod>) -> Arc<Self> {
-        Self::new(informer, node_key)
+        informer.shared("by-node", || Self::new(informer, node_key))
     }
 
     /// The cached pods bound to `node`.

@@ -66,6 +66,9 @@ pub struct Informer<K: Object> {
     changed: Channel<K>,
     deleted: Channel<K>,
     hooks: Mutex<Vec<Hook<K>>>,
+    /// What is built once over this informer and shared by every controller asking for it
+    /// (the indexes), by name.
+    shared: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl<K: Object> Debug for Informer<K> {
@@ -101,7 +104,23 @@ impl<K: Object> Informer<K> {
             changed: Channel::new(),
             deleted: Channel::new(),
             hooks: Mutex::new(Vec::new()),
+            shared: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The `name`d companion of this informer (an index), made by `make` on the first call and
+    /// shared afterwards: three controllers indexing the same pods by owner keep one index.
+    /// `make` must not ask for another shared companion.
+    pub fn shared<T: Any + Send + Sync>(&self, name: &'static str, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
+        let mut map = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = map.get(name)
+            && let Ok(t) = existing.clone().downcast::<T>()
+        {
+            return t;
+        }
+        let t = make();
+        map.insert(name, t.clone());
+        t
     }
 
     /// Runs `hook` on every watch event, in the watch's order, before the cache applies the

@@ -571,10 +571,7 @@ fn a_node_update_reports_what_filters_read_and_not_heartbeats() {
     let relabelled = c.upsert_node(node("a", "4", "8Gi", json!({"zone": "z2"}), json!([])));
     assert!(relabelled.labels && !relabelled.allocatable, "{relabelled:?}");
     // What node affinity matches the cached node against: its name and current labels.
-    let cached = c.node("a").expect("cached");
-    assert_eq!(cached.node.metadata.name.as_deref(), Some("a"));
-    assert_eq!(
-        cached.node.metadata.labels.as_ref().and_then(|l| l.get("zone")).map(String::as_str),
-        Some("z2")
-    );
+    let view = c.node("a").expect("cached").view();
+    assert_eq!(view.name, Some("a"));
+    assert_eq!(view.labels.get("zone").map(String::as_str), Some("z2"));
 }

@@ -426,7 +426,7 @@ async fn attempt_delete(ctx: &Ctx, uid: &str) -> Result<(), GcError> {
                 n.dependents
                     .iter()
                     .map(|d| {
-                        let waiting = g.nodes.get(d).is_some_and(reconcile::Node::deleting_dependents);
+                        let waiting = g.nodes.get(d).is_some_and(|n| n.deleting_dependents());
                         (d.clone(), waiting)
                     })
                     .collect()

@@ -74,7 +74,10 @@ impl Node {
 /// The owner graph.
 #[derive(Debug, Default)]
 pub struct Graph {
-    pub nodes: HashMap<String, Node>,
+    /// Boxed: the map's table has a slot for every object of the cluster and ~40 % spare ones;
+    /// a `Node` inline (~350 bytes) made the table alone 11.8 MB with 5,000 nodes and 10,000
+    /// pods (heaptrack on `bench scheduler`).
+    pub nodes: HashMap<String, Box<Node>>,
 }
 
 /// The identity an owner reference names, seen from `dependent` (a namespaced owner lives in
@@ -138,10 +141,12 @@ impl Graph {
             .map_or((false, false), |o| (o.deleting_dependents(), o.orphaning()));
         let now_deleting_dependents = obj.deleting_dependents();
         let now_orphaning = obj.orphaning();
-        let node = self.nodes.entry(uid.clone()).or_insert_with(|| Node {
-            id: obj.id.clone(),
-            observed: None,
-            dependents: HashSet::new(),
+        let node = self.nodes.entry(uid.clone()).or_insert_with(|| {
+            Box::new(Node {
+                id: obj.id.clone(),
+                observed: None,
+                dependents: HashSet::new(),
+            })
         });
         node.id = obj.id.clone();
         node.observed = Some(obj);
@@ -160,11 +165,11 @@ impl Graph {
             let o = self.nodes.entry(ouid.clone()).or_insert_with(|| {
                 // Not seen yet: a virtual node, whose existence a worker checks.
                 work.push(Work::AttemptToDelete(ouid.clone()));
-                Node {
+                Box::new(Node {
                     id: owner,
                     observed: None,
                     dependents: HashSet::new(),
-                }
+                })
             });
             o.dependents.insert(uid.clone());
         }
@@ -208,13 +213,14 @@ impl Graph {
         }
         // Dependents that still name it keep a virtual node for it.
         if !node.dependents.is_empty() {
+            let Node { id, dependents, .. } = *node;
             self.nodes.insert(
                 uid.to_string(),
-                Node {
-                    id: node.id,
+                Box::new(Node {
+                    id,
                     observed: None,
-                    dependents: node.dependents,
-                },
+                    dependents,
+                }),
             );
         }
         work

@@ -44,7 +44,7 @@ pub fn taint_toleration(pod: &PodInfo, node: &NodeInfo) -> Option<Rejection> {
 
 pub fn node_affinity(pod: &PodInfo, node: &NodeInfo) -> Option<Rejection> {
     let spec = pod.spec()?;
-    (!node_matches_pod(spec, &node.node)).then(|| {
+    (!node_matches_pod(spec, node.view())).then(|| {
         Rejection::new(
             Plugin::NodeAffinity,
             Code::UnschedulableAndUnresolvable,
@@ -88,7 +88,7 @@ pub fn preferred_node_affinity(pod: &PodInfo, node: &NodeInfo) -> i64 {
         .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
         .into_iter()
         .flatten()
-        .filter(|p| node_selector_term_matches(&p.preference, &node.node))
+        .filter(|p| node_selector_term_matches(&p.preference, node.view()))
         .map(|p| i64::from(p.weight))
         .sum()
 }

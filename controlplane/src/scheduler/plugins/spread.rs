@@ -76,7 +76,7 @@ impl Constraint {
         (!self.honor_affinity
             || pod
                 .spec()
-                .is_none_or(|s| node_matches_pod(s, &node.node)))
+                .is_none_or(|s| node_matches_pod(s, node.view())))
             && (!self.honor_taints
                 || first_untolerated(&node.taints, &pod.tolerations, &["NoSchedule", "NoExecute"]).is_none())
     }
