@@ -461,7 +461,11 @@ mod tests {
         q.upsert(info("p", 0), t0);
         q.pop(t0);
         q.unschedulable("p", vec![Plugin::TaintToleration], t0);
-        let mut pod = info("p", 0).pod.as_deref().cloned().expect("a pending pod's object");
+        let mut pod = info("p", 0)
+            .pod
+            .as_deref()
+            .cloned()
+            .expect("a pending pod's object");
         if let Some(spec) = pod.spec.as_mut() {
             spec.tolerations = Some(vec![Default::default()]);
         }

@@ -565,9 +565,15 @@ fn a_node_update_reports_what_filters_read_and_not_heartbeats() {
     let mut c = Cache::default();
     assert!(c.upsert_node(ready("True", "2026-01-01T00:00:00Z")).added);
     let heartbeat = c.upsert_node(ready("True", "2026-01-01T00:00:10Z"));
-    assert!(!heartbeat.any(), "a heartbeat alone changes nothing: {heartbeat:?}");
+    assert!(
+        !heartbeat.any(),
+        "a heartbeat alone changes nothing: {heartbeat:?}"
+    );
     let not_ready = c.upsert_node(ready("False", "2026-01-01T00:00:20Z"));
-    assert!(not_ready.conditions && !not_ready.labels && !not_ready.allocatable, "{not_ready:?}");
+    assert!(
+        not_ready.conditions && !not_ready.labels && !not_ready.allocatable,
+        "{not_ready:?}"
+    );
     let relabelled = c.upsert_node(node("a", "4", "8Gi", json!({"zone": "z2"}), json!([])));
     assert!(relabelled.labels && !relabelled.allocatable, "{relabelled:?}");
     // What node affinity matches the cached node against: its name and current labels.

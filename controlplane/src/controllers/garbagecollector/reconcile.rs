@@ -74,9 +74,9 @@ impl Node {
 /// The owner graph.
 #[derive(Debug, Default)]
 pub struct Graph {
-    /// Boxed: the map's table has a slot for every object of the cluster and ~40 % spare ones;
-    /// a `Node` inline (~350 bytes) made the table alone 11.8 MB with 5,000 nodes and 10,000
-    /// pods (heaptrack on `bench scheduler`).
+    /// Boxed: the map's table has a slot for every object of the cluster plus spare ones; with
+    /// `Node`s inline the table alone was 11.8 MB with 5,000 nodes and 10,000 pods (heaptrack
+    /// on `bench scheduler`).
     pub nodes: HashMap<String, Box<Node>>,
 }
 

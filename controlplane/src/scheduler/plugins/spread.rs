@@ -73,10 +73,7 @@ impl Constraint {
     }
 
     fn counts_node(&self, pod: &PodInfo, node: &NodeInfo) -> bool {
-        (!self.honor_affinity
-            || pod
-                .spec()
-                .is_none_or(|s| node_matches_pod(s, node.view())))
+        (!self.honor_affinity || pod.spec().is_none_or(|s| node_matches_pod(s, node.view())))
             && (!self.honor_taints
                 || first_untolerated(&node.taints, &pod.tolerations, &["NoSchedule", "NoExecute"]).is_none())
     }
