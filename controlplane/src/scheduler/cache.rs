@@ -207,12 +207,14 @@ impl Cache {
         self.namespaces.remove(name);
     }
 
-    fn count_images(&mut self, images: &HashMap<String, i64>, delta: isize) {
+    /// Adds `delta` to the node count of each of `images` (in `image_nodes`, a field of the
+    /// cache, passed alone so that a node's own map can be read meanwhile).
+    fn count_images(image_nodes: &mut HashMap<String, usize>, images: &HashMap<String, i64>, delta: isize) {
         for name in images.keys() {
-            let e = self.image_nodes.entry(name.clone()).or_default();
+            let e = image_nodes.entry(name.clone()).or_default();
             *e = e.saturating_add_signed(delta);
         }
-        self.image_nodes.retain(|_, n| *n > 0);
+        image_nodes.retain(|_, n| *n > 0);
     }
 
     /// Adds or updates a node; says what changed.
@@ -220,20 +222,26 @@ impl Cache {
         let name = node.metadata.name.clone().unwrap_or_default();
         match self.index.get(&name) {
             Some(&i) => {
-                let old = self.nodes[i].clone();
-                let old_images = std::mem::take(&mut self.nodes[i].images);
-                self.count_images(&old_images, -1);
-                self.nodes[i].set_node(node);
-                let images = self.nodes[i].images.clone();
-                self.count_images(&images, 1);
+                // What `set_node` replaces, taken out (rather than the whole NodeInfo copied with
+                // its pods) to compare with what it sets.
+                let info = &mut self.nodes[i];
+                let labels = std::mem::take(&mut info.labels);
+                let conditions = std::mem::take(&mut info.conditions);
+                let taints = std::mem::take(&mut info.taints);
+                let allocatable = std::mem::take(&mut info.allocatable);
+                let images = std::mem::take(&mut info.images);
+                let (unschedulable, allowed_pods) = (info.unschedulable, info.allowed_pods);
+                info.set_node(node);
                 let new = &self.nodes[i];
+                Self::count_images(&mut self.image_nodes, &images, -1);
+                Self::count_images(&mut self.image_nodes, &new.images, 1);
                 NodeChange {
                     added: false,
-                    allocatable: old.allocatable != new.allocatable || old.allowed_pods != new.allowed_pods,
-                    labels: old.labels != new.labels,
-                    taints: old.taints != new.taints,
-                    unschedulable: old.unschedulable != new.unschedulable,
-                    conditions: old.conditions != new.conditions,
+                    allocatable: allocatable != new.allocatable || allowed_pods != new.allowed_pods,
+                    labels: labels != new.labels,
+                    taints: taints != new.taints,
+                    unschedulable: unschedulable != new.unschedulable,
+                    conditions: conditions != new.conditions,
                 }
             }
             None => {
@@ -241,8 +249,7 @@ impl Cache {
                 for pod in self.orphans.remove(&name).unwrap_or_default() {
                     info.add_pod(pod);
                 }
-                let images = info.images.clone();
-                self.count_images(&images, 1);
+                Self::count_images(&mut self.image_nodes, &info.images, 1);
                 self.index.insert(name, self.nodes.len());
                 self.nodes.push(info);
                 NodeChange {
@@ -260,7 +267,7 @@ impl Cache {
         if let Some(moved) = self.nodes.get(i) {
             self.index.insert(moved.name.clone(), i);
         }
-        self.count_images(&info.images, -1);
+        Self::count_images(&mut self.image_nodes, &info.images, -1);
         if !info.pods.is_empty() {
             self.orphans.insert(info.name, info.pods);
         }
