@@ -169,6 +169,10 @@ async fn create_sets_metadata_and_defaults() {
     assert_eq!(p["status"]["qosClass"], "BestEffort");
     assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
     assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    // Defaulting leaves out what the pod does not have, as upstream does (no `null` lists).
+    for absent in ["initContainers", "ephemeralContainers"] {
+        assert_eq!(p["spec"].get(absent), None, "{p}");
+    }
     let (code, st) = f.post(PODS, pod("web")).await;
     assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")));
     assert_eq!(st["message"], "pods \"web\" already exists");

@@ -126,7 +126,12 @@ fn pod_tolerations(spec: &mut Value) {
 /// A container with limits but no requests for a resource requests its limit.
 fn requests_from_limits(spec: &mut Value) {
     for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array_mut().into_iter().flatten() {
+        for c in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
                 continue;
             };

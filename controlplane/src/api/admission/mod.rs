@@ -97,7 +97,7 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                 }
             }
             for list in ["containers", "initContainers", "ephemeralContainers"] {
-                if let Some(cs) = spec[list].as_array_mut() {
+                if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
                     for c in cs {
                         if c.get("imagePullPolicy").is_none() {
                             c["imagePullPolicy"] =
@@ -182,7 +182,7 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
             if spec.get("sessionAffinity").is_none() {
                 spec["sessionAffinity"] = json!("None");
             }
-            if let Some(ports) = spec["ports"].as_array_mut() {
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
                     if p.get("protocol").is_none() {
                         p["protocol"] = json!("TCP");

@@ -106,7 +106,12 @@ impl Api {
         ]}});
         let spec = &mut pod["spec"];
         for list in ["initContainers", "containers"] {
-            for c in spec[list].as_array_mut().into_iter().flatten() {
+            for c in spec
+                .get_mut(list)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
                 if mounted_already(c) {
                     continue;
                 }
