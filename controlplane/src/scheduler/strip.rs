@@ -30,10 +30,10 @@ pub fn pod(p: &mut Pod) {
     }
 }
 
-/// The parts of a pod's spec that neither the scheduler nor any controller reads: volumes,
-/// ephemeral containers, and the containers' commands, env, mounts, probes, hooks and security
-/// contexts (the controllers' pod cache drops them too).
-pub fn unread_pod_spec(spec: &mut PodSpec) {
+/// The parts of a pod's spec that the scheduler does not read: volumes, ephemeral containers,
+/// and the containers' commands, env, mounts, probes, hooks and security contexts (the
+/// controllers' pod cache drops the containers altogether).
+fn unread_pod_spec(spec: &mut PodSpec) {
     for c in spec
         .containers
         .iter_mut()

@@ -1,8 +1,10 @@
 //! The horizontal pod autoscaler (`horizontalpodautoscaling`; events from
 //! `horizontal-pod-autoscaler`; docs/SEEDS-SPEC.md §3.10): every 15 s per HPA, and when its spec
-//! changes, reads the target's `/scale`, the pods its selector selects (shared pod cache) and
-//! their samples from the resource metrics API (`metrics.k8s.io/v1beta1`), sets the scale the
-//! metrics ask for, and writes the HPA's status when it changed.
+//! changes, reads the target's `/scale`, the pods its selector selects (a label-selected list
+//! through the API: the shared pod cache keeps no containers, and their requests are what the
+//! utilization is measured against) and their samples from the resource metrics API
+//! (`metrics.k8s.io/v1beta1`), sets the scale the metrics ask for, and writes the HPA's status
+//! when it changed.
 //!
 //! The decisions are `reconcile::plan` over `calculator` (replica counts from samples) and
 //! `behavior` (stabilization windows, scaling policies, clamps); the recommendations and scale
@@ -25,10 +27,9 @@ use futures::StreamExt;
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::Store;
 
 use self::behavior::History;
 use self::calculator::Timing;
@@ -57,7 +58,6 @@ pub enum SyncError {
 
 struct Ctx {
     client: kube::Client,
-    pods: Store<Pod>,
     recorder: Arc<Recorder>,
     /// Per HPA uid: the recommendations and scale events of past passes.
     histories: Mutex<HashMap<String, History>>,
@@ -65,12 +65,11 @@ struct Ctx {
     kinds: Mutex<HashMap<GroupVersionKind, ApiResource>>,
 }
 
-/// The controller, over the shared HPA and pod informers.
+/// The controller, over the shared HPA informer.
 pub fn controller(mgr: &Manager) -> Running {
     let hpas = mgr.informers.get::<HorizontalPodAutoscaler>();
     let ctx = Arc::new(Ctx {
         client: mgr.client.clone(),
-        pods: mgr.informers.get::<Pod>().reader(),
         recorder: mgr.recorder(COMPONENT),
         histories: Mutex::new(HashMap::new()),
         kinds: Mutex::new(HashMap::new()),
@@ -113,7 +112,6 @@ fn error_policy(hpa: Arc<HorizontalPodAutoscaler>, err: &SyncError, _ctx: Arc<Ct
 }
 
 async fn reconcile_one(hpa: Arc<HorizontalPodAutoscaler>, ctx: Arc<Ctx>) -> Result<Action, SyncError> {
-    super::informer::synced(&ctx.pods).await;
     if hpa.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -231,17 +229,16 @@ async fn sync(hpa: &HorizontalPodAutoscaler, ctx: &Ctx) -> Result<(), SyncError>
         && metric_specs(hpa)
             .iter()
             .any(|m| matches!(m.type_.as_str(), "Resource" | "ContainerResource"));
-    let resource_metrics = if needs_metrics {
-        fetch_pod_metrics(&ctx.client, &ns, &selector).await
+    // The pass reads pods only with the samples: without them a metric fails before its pods.
+    let (resource_metrics, selected) = if needs_metrics {
+        (
+            fetch_pod_metrics(&ctx.client, &ns, &selector).await,
+            selected_pods(&ctx.client, &ns, &selector).await?,
+        )
     } else {
-        Err("not fetched".to_string())
+        (Err("not fetched".to_string()), Vec::new())
     };
-    let cached = ctx.pods.state();
-    let pods: Vec<&Pod> = cached
-        .iter()
-        .map(|p| &**p)
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .collect();
+    let pods: Vec<&Pod> = selected.iter().collect();
     let pods_metrics = BTreeMap::new();
     let inputs = Inputs {
         scale: view,
@@ -266,6 +263,16 @@ async fn sync(hpa: &HorizontalPodAutoscaler, ctx: &Ctx) -> Result<(), SyncError>
         .unwrap_or_else(|p| p.into_inner())
         .insert(uid, history);
     finish(hpa, ctx, p).await
+}
+
+/// The pods of `ns` that `selector` selects, whole (with their containers' requests); none for a
+/// malformed selector: the pass reports it without reading pods.
+async fn selected_pods(client: &kube::Client, ns: &str, selector: &str) -> Result<Vec<Pod>, kube::Error> {
+    if crate::api::object::selector::parse_label_selector(selector).is_err() {
+        return Ok(Vec::new());
+    }
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
+    Ok(api.list(&ListParams::default().labels(selector)).await?.items)
 }
 
 /// Sets the target's replica count through its `/scale`.
