@@ -24,6 +24,12 @@ fn log_sink(name: &str) -> Stdio {
 }
 use std::time::{Duration, Instant};
 
+/// `serve` arguments for clusters of thousands of nodes: a pod network with a /24 for each of up
+/// to 32,768 nodes (the default 10.244.0.0/16 has 256, and every node past them is retried
+/// and reported as CIDRNotAvailable, as upstream's range allocator does). Benchmarks with
+/// more than 256 nodes pass these, as such a cluster would be configured.
+pub const LARGE_CLUSTER_ARGS: [&str; 2] = ["--cluster-cidr", "10.128.0.0/9"];
+
 /// A running `controlplane serve`.
 #[derive(Debug)]
 pub struct ServerProcess {

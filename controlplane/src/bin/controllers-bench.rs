@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use controlplane::process::{HollowProcess, ServerProcess, cpu_seconds, proc_status};
+use controlplane::process::{HollowProcess, LARGE_CLUSTER_ARGS, ServerProcess, cpu_seconds, proc_status};
 
 /// How long one phase may take before the benchmark gives up.
 const PHASE_LIMIT: Duration = Duration::from_secs(600);
@@ -183,7 +183,7 @@ fn main() -> Result<()> {
         .build()?;
     let results = rt.block_on(async {
         let tmp = tempfile::tempdir()?;
-        let server = ServerProcess::spawn(&bin, tmp.path(), &[])?;
+        let server = ServerProcess::spawn(&bin, tmp.path(), &LARGE_CLUSTER_ARGS)?;
         let pid = server.pid();
         let kubeconfig = tmp.path().join("admin.kubeconfig");
         let client = transport::kubeapi::from_kubeconfig(&kubeconfig, "controllers-bench").await?;

@@ -24,7 +24,7 @@ use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use controlplane::process::{HollowProcess, ServerProcess, cpu_seconds, proc_status};
+use controlplane::process::{HollowProcess, LARGE_CLUSTER_ARGS, ServerProcess, cpu_seconds, proc_status};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -274,11 +274,15 @@ async fn client_of(dir: &Path) -> Result<kube::Client> {
     Ok(transport::kubeapi::from_kubeconfig(&dir.join("admin.kubeconfig"), "scheduler-bench").await?)
 }
 
-/// Extra `serve` arguments for experiments (`SCHEDULER_BENCH_SERVE_ARGS="--no-controllers"`).
+/// `serve` arguments: a pod network for thousands of nodes, and extra arguments for experiments
+/// (`SCHEDULER_BENCH_SERVE_ARGS="--no-controllers"`).
 fn serve_args() -> Vec<String> {
-    std::env::var("SCHEDULER_BENCH_SERVE_ARGS")
-        .map(|s| s.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default()
+    let extra = std::env::var("SCHEDULER_BENCH_SERVE_ARGS").unwrap_or_default();
+    LARGE_CLUSTER_ARGS
+        .into_iter()
+        .chain(extra.split_whitespace())
+        .map(str::to_string)
+        .collect()
 }
 
 async fn basic(bin: &Path, dir: &Path, nodes: usize, pods: usize) -> Result<Value> {
@@ -357,7 +361,7 @@ async fn basic(bin: &Path, dir: &Path, nodes: usize, pods: usize) -> Result<Valu
 }
 
 async fn affinity(bin: &Path, dir: &Path, nodes: usize) -> Result<Value> {
-    let server = ServerProcess::spawn(bin, dir, &[])?;
+    let server = ServerProcess::spawn(bin, dir, &LARGE_CLUSTER_ARGS)?;
     let pid = server.pid();
     let client = client_of(dir).await?;
     let raw = Raw::new(dir, server.port)?;
