@@ -486,6 +486,7 @@ impl Writer {
 
     /// Writes every live key into a new snapshot, then empties the log.
     fn snapshot(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
         let mut bytes = 0u64;
         {
             let st = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
@@ -523,9 +524,11 @@ impl Writer {
                 path: log_path.display().to_string(),
                 source,
             })?;
+        // Writes wait meanwhile: the snapshot is written by the writer thread.
         tracing::info!(
             snapshot_bytes = bytes,
             folded_log_bytes = self.log_bytes,
+            took_ms = started.elapsed().as_millis(),
             "store compacted"
         );
         self.log_bytes = 0;
