@@ -21,6 +21,14 @@ use controlplane::scheduler::{self, SchedulerConfig};
 use controlplane::server;
 use controlplane::storage::embedded::{EmbeddedConfig, EmbeddedStore};
 
+/// jemalloc rather than glibc's malloc: in `bench scheduler` (5,000 hollow nodes, 10,000 pods,
+/// a 2-core machine) the control plane's RSS after the pods measured 337-352 MB over 12 runs
+/// against 363 MB, and its CPU a median of 20.3 s over those runs against 25.9 s over 5 glibc
+/// runs (single runs vary ±25 % either way). Options are read from `_RJEM_MALLOC_CONF` at
+/// start; narenas:1, narenas:2 and percpu_arena measured no better than the defaults.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "controlplane", about = "The nodeos control plane")]
 struct Cli {
