@@ -589,25 +589,23 @@ impl Writer {
                     key: "",
                     value: &[],
                 };
-                wal::encode(header, &mut buf);
-                w.write_all(&buf)?;
-                bytes += buf.len() as u64;
+                let mut put = |entry: wal::Entry<'_>| {
+                    buf.clear();
+                    wal::encode(entry, &mut buf);
+                    bytes += buf.len() as u64;
+                    w.write_all(&buf)
+                };
+                put(header)?;
                 // Values as written: the snapshot does not depend on this build's dictionary.
                 for (key, live) in &st.kvs {
                     let value = live.value.unpack()?;
-                    buf.clear();
-                    wal::encode(
-                        wal::Entry {
-                            op: Op::Put,
-                            revision: live.mod_revision,
-                            create_revision: live.create_revision,
-                            key,
-                            value: &value,
-                        },
-                        &mut buf,
-                    );
-                    w.write_all(&buf)?;
-                    bytes += buf.len() as u64;
+                    put(wal::Entry {
+                        op: Op::Put,
+                        revision: live.mod_revision,
+                        create_revision: live.create_revision,
+                        key,
+                        value: &value,
+                    })?;
                 }
                 Ok(())
             })?;
