@@ -806,9 +806,12 @@ mod tests {
         // Identity alone never hands out ciphertext as the object.
         let plain_only = config("  - identity: {}\n");
         assert!(plain_only.decrypt(SECRET, stored_old.clone()).is_err());
-        // The wrong key with the right name fails to decrypt.
+        // The wrong key with the right name does not read the object: CBC has no MAC, so it
+        // fails on the padding, except about once in 256 (a random IV per write) when the
+        // garbage it decrypts happens to end in valid padding, as upstream's aescbc does.
         let wrong = config(&aes("aescbc", "old", &[3; 32]));
-        assert!(wrong.decrypt(SECRET, stored_old).is_err());
+        let read = wrong.decrypt(SECRET, stored_old).ok();
+        assert_ne!(read.as_deref(), Some(&b"{\"a\":1}"[..]));
     }
 
     /// NaCl's secretbox test vector (key 32 × 0x01, nonce 24 × 0x02, message 64 × 0x03), stored
