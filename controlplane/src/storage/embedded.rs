@@ -589,23 +589,25 @@ impl Writer {
                     key: "",
                     value: &[],
                 };
-                let mut put = |entry: wal::Entry<'_>| {
-                    buf.clear();
-                    wal::encode(entry, &mut buf);
-                    bytes += buf.len() as u64;
-                    w.write_all(&buf)
-                };
-                put(header)?;
+                wal::encode(header, &mut buf);
+                w.write_all(&buf)?;
+                bytes += buf.len() as u64;
                 // Values as written: the snapshot does not depend on this build's dictionary.
                 for (key, live) in &st.kvs {
                     let value = live.value.unpack()?;
-                    put(wal::Entry {
-                        op: Op::Put,
-                        revision: live.mod_revision,
-                        create_revision: live.create_revision,
-                        key,
-                        value: &value,
-                    })?;
+                    buf.clear();
+                    wal::encode(
+                        wal::Entry {
+                            op: Op::Put,
+                            revision: live.mod_revision,
+                            create_revision: live.create_revision,
+                            key,
+                            value: &value,
+                        },
+                        &mut buf,
+                    );
+                    w.write_all(&buf)?;
+                    bytes += buf.len() as u64;
                 }
                 Ok(())
             })?;
