@@ -8,9 +8,6 @@
 //! change replaced. A [`Store::hold_revision`] keeps that history past the usual bounds (up to
 //! the `held_*` ones) while a long read runs.
 //!
-//! The map keeps its values compressed ([`Packed`]); the history, the log and the snapshot keep
-//! them as written.
-//!
 //! Readers never see a write before it is durable: the single writer thread validates a batch
 //! against the committed state plus the batch's own earlier writes, fsyncs it, and only then
 //! applies it to the shared state.
@@ -23,7 +20,6 @@ use std::sync::{Arc, RwLock, mpsc};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::packed::Packed;
 use super::wal::{self, Op};
 use super::{
     BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, RevisionHold, Store, StoreError,
@@ -60,73 +56,9 @@ impl EmbeddedConfig {
     }
 }
 
-/// A live key's value and revisions (the key is the map's).
-#[derive(Debug, Clone)]
-struct Live {
-    value: Packed,
-    create_revision: Revision,
-    mod_revision: Revision,
-}
-
-impl Live {
-    fn new(kv: &KeyValue, value: Packed) -> Self {
-        Self {
-            value,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-        }
-    }
-
-    /// The key's value as written.
-    fn read(&self, key: String) -> Result<KeyValue> {
-        let value = self.value.unpack().map_err(|e| StoreError::Corrupt {
-            path: format!("the store's value of {key} in memory"),
-            reason: e.to_string(),
-        })?;
-        Ok(KeyValue {
-            key,
-            value,
-            create_revision: self.create_revision,
-            mod_revision: self.mod_revision,
-        })
-    }
-}
-
-/// A value a read takes under the state's lock, unpacked once the lock is released (so a long
-/// list does not hold up the writer while it decompresses).
-enum Taken {
-    Live(String, Live),
-    Written(KeyValue),
-}
-
-/// A page of [`Taken`] values.
-struct TakenPage {
-    items: Vec<Taken>,
-    revision: Revision,
-    more: bool,
-}
-
-impl TakenPage {
-    fn read(self) -> Result<ListPage> {
-        let items = self
-            .items
-            .into_iter()
-            .map(|t| match t {
-                Taken::Live(key, live) => live.read(key),
-                Taken::Written(kv) => Ok(kv),
-            })
-            .collect::<Result<_>>()?;
-        Ok(ListPage {
-            items,
-            revision: self.revision,
-            more: self.more,
-        })
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
-    kvs: BTreeMap<String, Live>,
+    kvs: BTreeMap<String, KeyValue>,
     revision: Revision,
     compacted: Revision,
     history: VecDeque<Arc<Event>>,
@@ -157,11 +89,7 @@ impl State {
 
     /// Keys under `prefix` after `start_after`, at most `limit` (0 = all), as they were at
     /// `rev` (not before the compacted revision, not after the current one).
-    fn range_at(&self, prefix: &str, start_after: Option<&str>, limit: usize, rev: Revision) -> TakenPage {
-        /// What its first change after `rev` replaced, of a changed key.
-        fn replaced((_, v): (&str, Option<&KeyValue>)) -> Option<Taken> {
-            v.cloned().map(Taken::Written)
-        }
+    fn range_at(&self, prefix: &str, start_after: Option<&str>, limit: usize, rev: Revision) -> ListPage {
         use std::ops::Bound;
         let in_range = |k: &str| k.starts_with(prefix) && start_after.is_none_or(|s| k > s);
         // Keys changed after `rev`: their value then is what their first later change replaced
@@ -190,20 +118,20 @@ impl State {
                 (None, None) => break,
                 (Some((k, _)), Some((c, _))) if k.as_str() == *c => {
                     now.next();
-                    changed.next().and_then(replaced)
+                    changed.next().and_then(|(_, v)| v)
                 }
-                (Some((k, _)), Some((c, _))) if k.as_str() > *c => changed.next().and_then(replaced),
-                (Some(_), _) => now.next().map(|(k, v)| Taken::Live(k.clone(), v.clone())),
-                (None, Some(_)) => changed.next().and_then(replaced),
+                (Some((k, _)), Some((c, _))) if k.as_str() > *c => changed.next().and_then(|(_, v)| v),
+                (Some(_), _) => now.next().map(|(_, v)| v),
+                (None, Some(_)) => changed.next().and_then(|(_, v)| v),
             };
-            let Some(taken) = next else { continue };
+            let Some(kv) = next else { continue };
             if limit > 0 && items.len() == limit {
                 more = true;
                 break;
             }
-            items.push(taken);
+            items.push(kv.clone());
         }
-        TakenPage {
+        ListPage {
             items,
             revision: rev,
             more,
@@ -219,8 +147,6 @@ struct Shared {
 
 struct Request {
     write: Write,
-    /// The written value as the map keeps it, packed by the writing task (not the writer thread).
-    packed: Option<Packed>,
     reply: oneshot::Sender<Result<Event>>,
 }
 
@@ -260,8 +186,6 @@ impl EmbeddedStore {
         let snap_path = cfg.dir.join(SNAPSHOT);
         let log_path = cfg.dir.join(LOG);
         let mut state = State::default();
-        // Recovered as written, packed once the log is replayed.
-        let mut kvs: BTreeMap<String, KeyValue> = BTreeMap::new();
         let snap = wal::read_file(&snap_path)?;
         if !snap.is_empty() {
             let (recs, len) = wal::decode_all(&snap);
@@ -280,7 +204,7 @@ impl EmbeddedStore {
                     create_revision: r.create_revision,
                     mod_revision: r.revision,
                 };
-                kvs.insert(kv.key.clone(), kv);
+                state.kvs.insert(kv.key.clone(), kv);
             }
         }
         let log = wal::read_file(&log_path)?;
@@ -310,22 +234,15 @@ impl EmbeddedStore {
                         create_revision: r.create_revision,
                         mod_revision: r.revision,
                     };
-                    kvs.insert(kv.key.clone(), kv);
+                    state.kvs.insert(kv.key.clone(), kv);
                 }
                 Op::Delete => {
-                    kvs.remove(&r.key);
+                    state.kvs.remove(&r.key);
                 }
                 Op::SnapshotHeader => {}
             }
             state.revision = r.revision;
         }
-        state.kvs = kvs
-            .into_iter()
-            .map(|(k, kv)| {
-                let live = Live::new(&kv, Packed::pack(&kv.value));
-                (k, live)
-            })
-            .collect();
         // History does not survive a restart: watches must start at the recovered revision.
         state.compacted = state.revision;
         let log_file = wal::open_log(&log_path, valid as u64)?;
@@ -465,7 +382,7 @@ impl Writer {
         }
     }
 
-    fn commit(&mut self, mut batch: Vec<Request>) {
+    fn commit(&mut self, batch: Vec<Request>) {
         let mut results: Vec<Result<Event>> = Vec::with_capacity(batch.len());
         let mut buf = Vec::new();
         let mut rev;
@@ -486,16 +403,11 @@ impl Writer {
             let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
             for req in &batch {
                 let key = req.write.key();
-                // A create needs only to know the key exists: no unpacking.
-                let current = match (overlay.get(key), &req.write, st.kvs.get(key)) {
-                    (Some(v), _, _) => Ok(v.clone()),
-                    (None, _, None) => Ok(None),
-                    (None, Write::Create { .. }, Some(_)) => {
-                        Err(StoreError::AlreadyExists { key: key.into() })
-                    }
-                    (None, _, Some(live)) => live.read(key.to_string()).map(Some),
+                let current = match overlay.get(key) {
+                    Some(v) => v.clone(),
+                    None => st.kvs.get(key).cloned(),
                 };
-                match current.and_then(|current| apply_one(&req.write, current.as_ref(), rev + 1)) {
+                match apply_one(&req.write, current.as_ref(), rev + 1) {
                     Ok(ev) => {
                         rev += 1;
                         let op = match ev.kind {
@@ -543,12 +455,10 @@ impl Writer {
         let mut committed = Vec::new();
         {
             let mut st = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
-            for (req, res) in batch.iter_mut().zip(&results) {
-                let Ok(ev) = res else { continue };
+            for ev in results.iter().flatten() {
                 match ev.kind {
                     EventKind::Put => {
-                        let value = req.packed.take().unwrap_or_else(|| Packed::pack(&ev.kv.value));
-                        st.kvs.insert(ev.kv.key.clone(), Live::new(&ev.kv, value));
+                        st.kvs.insert(ev.kv.key.clone(), ev.kv.clone());
                     }
                     EventKind::Delete => {
                         st.kvs.remove(&ev.kv.key);
@@ -589,23 +499,16 @@ impl Writer {
                     key: "",
                     value: &[],
                 };
-                wal::encode(header, &mut buf);
-                w.write_all(&buf)?;
-                bytes += buf.len() as u64;
-                // Values as written: the snapshot does not depend on this build's dictionary.
-                for (key, live) in &st.kvs {
-                    let value = live.value.unpack()?;
+                let records = st.kvs.values().map(|kv| wal::Entry {
+                    op: Op::Put,
+                    revision: kv.mod_revision,
+                    create_revision: kv.create_revision,
+                    key: &kv.key,
+                    value: &kv.value,
+                });
+                for entry in std::iter::once(header).chain(records) {
                     buf.clear();
-                    wal::encode(
-                        wal::Entry {
-                            op: Op::Put,
-                            revision: live.mod_revision,
-                            create_revision: live.create_revision,
-                            key,
-                            value: &value,
-                        },
-                        &mut buf,
-                    );
+                    wal::encode(entry, &mut buf);
                     w.write_all(&buf)?;
                     bytes += buf.len() as u64;
                 }
@@ -671,10 +574,7 @@ impl WatchStream for EmbeddedWatch {
 
 impl Store for EmbeddedStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyValue>>> {
-        Box::pin(async move {
-            let live = self.read().kvs.get(key).cloned();
-            live.map(|live| live.read(key.to_string())).transpose()
-        })
+        Box::pin(async move { Ok(self.read().kvs.get(key).cloned()) })
     }
 
     fn list<'a>(
@@ -685,31 +585,28 @@ impl Store for EmbeddedStore {
     ) -> BoxFuture<'a, Result<ListPage>> {
         Box::pin(async move {
             use std::ops::Bound;
-            let page = {
-                let st = self.read();
-                let lower = match start_after {
-                    Some(k) => Bound::Excluded(k.to_string()),
-                    None => Bound::Included(prefix.to_string()),
-                };
-                let mut items = Vec::new();
-                let mut more = false;
-                for (k, live) in st.kvs.range((lower, Bound::Unbounded)) {
-                    if !k.starts_with(prefix) {
-                        break;
-                    }
-                    if limit > 0 && items.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    items.push(Taken::Live(k.clone(), live.clone()));
-                }
-                TakenPage {
-                    items,
-                    revision: st.revision,
-                    more,
-                }
+            let st = self.read();
+            let lower = match start_after {
+                Some(k) => Bound::Excluded(k.to_string()),
+                None => Bound::Included(prefix.to_string()),
             };
-            page.read()
+            let mut items = Vec::new();
+            let mut more = false;
+            for (k, kv) in st.kvs.range((lower, Bound::Unbounded)) {
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                if limit > 0 && items.len() == limit {
+                    more = true;
+                    break;
+                }
+                items.push(kv.clone());
+            }
+            Ok(ListPage {
+                items,
+                revision: st.revision,
+                more,
+            })
         })
     }
 
@@ -734,9 +631,7 @@ impl Store for EmbeddedStore {
                     current: st.revision,
                 });
             }
-            let page = st.range_at(prefix, start_after, limit, revision);
-            drop(st);
-            page.read()
+            Ok(st.range_at(prefix, start_after, limit, revision))
         })
     }
 
@@ -774,20 +669,12 @@ impl Store for EmbeddedStore {
     fn write(&self, w: Write) -> BoxFuture<'_, Result<Event>> {
         Box::pin(async move {
             super::check_size(&w)?;
-            let packed = match &w {
-                Write::Create { value, .. } | Write::Update { value, .. } => Some(Packed::pack(value)),
-                Write::Delete { .. } => None,
-            };
             let (reply, rx) = oneshot::channel();
             {
                 let tx = self.tx.lock().map_err(|_| StoreError::Closed)?;
                 tx.as_ref()
                     .ok_or(StoreError::Closed)?
-                    .send(Request {
-                        write: w,
-                        packed,
-                        reply,
-                    })
+                    .send(Request { write: w, reply })
                     .map_err(|_| StoreError::Closed)?;
             }
             rx.await.map_err(|_| StoreError::Closed)?
@@ -1224,85 +1111,6 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 400);
         assert_eq!(s.revision().await?, 400);
-        Ok(())
-    }
-
-    /// A stored pod (as in `packed`'s tests) named `name`, with `phase`.
-    fn pod(name: &str, phase: &str) -> bytes::Bytes {
-        let mut v: serde_json::Value =
-            serde_json::from_str(include_str!("packed_test_pod.json")).expect("the test pod is JSON");
-        v["metadata"]["name"] = name.into();
-        v["status"]["phase"] = phase.into();
-        bytes::Bytes::from(serde_json::to_vec(&v).expect("JSON"))
-    }
-
-    #[tokio::test]
-    async fn packed_values_read_back_as_written_through_every_read() -> Result<()> {
-        let dir = tmp()?;
-        let mut cfg = EmbeddedConfig::new(dir.path());
-        cfg.compact_log_bytes = 20_000;
-        let s = EmbeddedStore::open(cfg.clone())?;
-        let mut want = BTreeMap::new();
-        for i in 0..20 {
-            let (key, value) = (format!("/pods/p{i:02}"), pod(&format!("p{i:02}"), "Pending"));
-            s.write(Write::Create {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .await?;
-            want.insert(key, value);
-        }
-        let then = s.revision().await?;
-        let at_then = want.clone();
-        for i in 0..10 {
-            let (key, value) = (format!("/pods/p{i:02}"), pod(&format!("p{i:02}"), "Running"));
-            s.write(Write::Update {
-                key: key.clone(),
-                value: value.clone(),
-                expected: None,
-            })
-            .await?;
-            want.insert(key, value);
-        }
-        for i in 17..20 {
-            let key = format!("/pods/p{i:02}");
-            s.write(Write::Delete {
-                key: key.clone(),
-                expected: None,
-            })
-            .await?;
-            want.remove(&key);
-        }
-        // The map holds them packed (else this test reads nothing through the packing).
-        assert!(
-            s.read()
-                .kvs
-                .values()
-                .all(|l| matches!(l.value, Packed::Zstd { .. }))
-        );
-        let as_map = |p: ListPage| -> BTreeMap<String, bytes::Bytes> {
-            p.items.into_iter().map(|kv| (kv.key, kv.value)).collect()
-        };
-        assert_eq!(as_map(s.list("/pods/", None, 0).await?), want);
-        assert_eq!(as_map(s.list_at("/pods/", None, 0, then).await?), at_then);
-        for (key, value) in &want {
-            assert_eq!(s.get(key).await?.map(|kv| kv.value).as_ref(), Some(value));
-        }
-        // An update's event carries the value it replaced, unpacked from the map.
-        let ev = s
-            .write(Write::Update {
-                key: "/pods/p15".into(),
-                value: pod("p15", "Succeeded"),
-                expected: None,
-            })
-            .await?;
-        assert_eq!(ev.prev.map(|p| p.value), want.get("/pods/p15").cloned());
-        want.insert("/pods/p15".into(), pod("p15", "Succeeded"));
-        // The snapshot (the log passed 20,000 bytes) and the log hold them as written.
-        assert!(dir.path().join(SNAPSHOT).exists());
-        drop(s);
-        let s = EmbeddedStore::open(cfg)?;
-        assert_eq!(as_map(s.list("/pods/", None, 0).await?), want);
         Ok(())
     }
 }

@@ -5,7 +5,6 @@
 pub mod embedded;
 pub mod encryption;
 pub mod etcd;
-mod packed;
 mod wal;
 
 use std::future::Future;
@@ -15,8 +14,8 @@ use std::pin::Pin;
 pub type Revision = i64;
 
 /// A stored value with its revisions. The value is shared, not copied, between the store's
-/// watch history (as an event's object and as the next event's previous object) and the
-/// readers it is handed to (the embedded store's map keeps it compressed, `packed`).
+/// map, its watch history (as an event's object and as the next event's previous object) and
+/// the readers it is handed to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyValue {
     pub key: String,
