@@ -125,25 +125,18 @@ fn pod_tolerations(spec: &mut Value) {
 
 /// A container with limits but no requests for a resource requests its limit.
 fn requests_from_limits(spec: &mut Value) {
-    for list in ["containers", "initContainers"] {
-        for c in spec
-            .get_mut(list)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
-                continue;
-            };
-            // A requests value of the wrong type is left for validation to refuse.
-            if !(c["resources"]["requests"].is_object() || c["resources"]["requests"].is_null()) {
-                continue;
-            }
-            let resources = &mut c["resources"];
-            for (k, v) in limits {
-                if resources["requests"].get(&k).is_none() {
-                    resources["requests"][&k] = v;
-                }
+    for c in crate::api::object::containers_mut(spec, &["containers", "initContainers"]) {
+        let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
+            continue;
+        };
+        // A requests value of the wrong type is left for validation to refuse.
+        if !(c["resources"]["requests"].is_object() || c["resources"]["requests"].is_null()) {
+            continue;
+        }
+        let resources = &mut c["resources"];
+        for (k, v) in limits {
+            if resources["requests"].get(&k).is_none() {
+                resources["requests"][&k] = v;
             }
         }
     }

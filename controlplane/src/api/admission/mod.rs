@@ -96,22 +96,19 @@ pub(crate) fn admit(res: &Resource, obj: &mut Value, creating: bool) -> Result<(
                     spec[k] = v;
                 }
             }
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
-                if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
-                    for c in cs {
-                        if c.get("imagePullPolicy").is_none() {
-                            c["imagePullPolicy"] =
-                                json!(default_pull_policy(c["image"].as_str().unwrap_or_default()));
-                        }
-                        for (k, v) in [
-                            ("terminationMessagePath", json!("/dev/termination-log")),
-                            ("terminationMessagePolicy", json!("File")),
-                            ("resources", json!({})),
-                        ] {
-                            if c.get(k).is_none() {
-                                c[k] = v;
-                            }
-                        }
+            let lists = ["containers", "initContainers", "ephemeralContainers"];
+            for c in crate::api::object::containers_mut(spec, &lists) {
+                if c.get("imagePullPolicy").is_none() {
+                    c["imagePullPolicy"] =
+                        json!(default_pull_policy(c["image"].as_str().unwrap_or_default()));
+                }
+                for (k, v) in [
+                    ("terminationMessagePath", json!("/dev/termination-log")),
+                    ("terminationMessagePolicy", json!("File")),
+                    ("resources", json!({})),
+                ] {
+                    if c.get(k).is_none() {
+                        c[k] = v;
                     }
                 }
             }

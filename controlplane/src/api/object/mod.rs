@@ -13,6 +13,20 @@ use serde_json::Value;
 
 pub use kcore::time::{parse_rfc3339, rfc3339};
 
+/// The containers of a pod spec (JSON) in the lists named `lists`, to default in place. A list
+/// the spec lacks is skipped, not created: indexing a missing key (`spec[list]`) inserts `null`.
+pub(crate) fn containers_mut<'a>(
+    spec: &'a mut Value,
+    lists: &'a [&str],
+) -> impl Iterator<Item = &'a mut Value> {
+    spec.as_object_mut()
+        .into_iter()
+        .flat_map(|m| m.iter_mut())
+        .filter(move |(k, _)| lists.contains(&k.as_str()))
+        .filter_map(|(_, v)| v.as_array_mut())
+        .flatten()
+}
+
 /// `metadata.name` of an object ("" when it has none).
 pub(crate) fn name_of(obj: &Value) -> &str {
     obj["metadata"]["name"].as_str().unwrap_or_default()

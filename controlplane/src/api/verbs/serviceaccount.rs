@@ -105,21 +105,14 @@ impl Api {
                 "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
         ]}});
         let spec = &mut pod["spec"];
-        for list in ["initContainers", "containers"] {
-            for c in spec
-                .get_mut(list)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if mounted_already(c) {
-                    continue;
-                }
-                let mount = json!({"name": name, "readOnly": true, "mountPath": MOUNT_PATH});
-                match c["volumeMounts"].as_array_mut() {
-                    Some(m) => m.push(mount),
-                    None => c["volumeMounts"] = json!([mount]),
-                }
+        for c in crate::api::object::containers_mut(spec, &["initContainers", "containers"]) {
+            if mounted_already(c) {
+                continue;
+            }
+            let mount = json!({"name": name, "readOnly": true, "mountPath": MOUNT_PATH});
+            match c["volumeMounts"].as_array_mut() {
+                Some(m) => m.push(mount),
+                None => c["volumeMounts"] = json!([mount]),
             }
         }
         match spec["volumes"].as_array_mut() {
