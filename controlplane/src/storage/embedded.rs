@@ -8,6 +8,10 @@
 //! change replaced. A [`Store::hold_revision`] keeps that history past the usual bounds (up to
 //! the `held_*` ones) while a long read runs.
 //!
+//! The map keeps a value as written while the history holds its event (shared with it), and
+//! compressed ([`Packed`]) once the history lets the event go; the history, the log and the
+//! snapshot keep values as written.
+//!
 //! Readers never see a write before it is durable: the single writer thread validates a batch
 //! against the committed state plus the batch's own earlier writes, fsyncs it, and only then
 //! applies it to the shared state.
@@ -20,6 +24,7 @@ use std::sync::{Arc, RwLock, mpsc};
 
 use tokio::sync::{broadcast, oneshot};
 
+use super::packed::Packed;
 use super::wal::{self, Op};
 use super::{
     BoxFuture, Event, EventKind, KeyValue, ListPage, Result, Revision, RevisionHold, Store, StoreError,
@@ -56,9 +61,73 @@ impl EmbeddedConfig {
     }
 }
 
+/// A live key's value and revisions (the key is the map's).
+#[derive(Debug, Clone)]
+struct Live {
+    value: Packed,
+    create_revision: Revision,
+    mod_revision: Revision,
+}
+
+impl Live {
+    fn new(kv: &KeyValue, value: Packed) -> Self {
+        Self {
+            value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+        }
+    }
+
+    /// The key's value as written.
+    fn read(&self, key: String) -> Result<KeyValue> {
+        let value = self.value.unpack().map_err(|e| StoreError::Corrupt {
+            path: format!("the store's value of {key} in memory"),
+            reason: e.to_string(),
+        })?;
+        Ok(KeyValue {
+            key,
+            value,
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        })
+    }
+}
+
+/// A value a read takes under the state's lock, unpacked once the lock is released (so a long
+/// list does not hold up the writer while it decompresses).
+enum Taken {
+    Live(String, Live),
+    Written(KeyValue),
+}
+
+/// A page of [`Taken`] values.
+struct TakenPage {
+    items: Vec<Taken>,
+    revision: Revision,
+    more: bool,
+}
+
+impl TakenPage {
+    fn read(self) -> Result<ListPage> {
+        let items = self
+            .items
+            .into_iter()
+            .map(|t| match t {
+                Taken::Live(key, live) => live.read(key),
+                Taken::Written(kv) => Ok(kv),
+            })
+            .collect::<Result<_>>()?;
+        Ok(ListPage {
+            items,
+            revision: self.revision,
+            more: self.more,
+        })
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    kvs: BTreeMap<String, KeyValue>,
+    kvs: BTreeMap<String, Live>,
     revision: Revision,
     compacted: Revision,
     history: VecDeque<Arc<Event>>,
@@ -89,7 +158,11 @@ impl State {
 
     /// Keys under `prefix` after `start_after`, at most `limit` (0 = all), as they were at
     /// `rev` (not before the compacted revision, not after the current one).
-    fn range_at(&self, prefix: &str, start_after: Option<&str>, limit: usize, rev: Revision) -> ListPage {
+    fn range_at(&self, prefix: &str, start_after: Option<&str>, limit: usize, rev: Revision) -> TakenPage {
+        /// What its first change after `rev` replaced, of a changed key.
+        fn replaced((_, v): (&str, Option<&KeyValue>)) -> Option<Taken> {
+            v.cloned().map(Taken::Written)
+        }
         use std::ops::Bound;
         let in_range = |k: &str| k.starts_with(prefix) && start_after.is_none_or(|s| k > s);
         // Keys changed after `rev`: their value then is what their first later change replaced
@@ -118,20 +191,20 @@ impl State {
                 (None, None) => break,
                 (Some((k, _)), Some((c, _))) if k.as_str() == *c => {
                     now.next();
-                    changed.next().and_then(|(_, v)| v)
+                    changed.next().and_then(replaced)
                 }
-                (Some((k, _)), Some((c, _))) if k.as_str() > *c => changed.next().and_then(|(_, v)| v),
-                (Some(_), _) => now.next().map(|(_, v)| v),
-                (None, Some(_)) => changed.next().and_then(|(_, v)| v),
+                (Some((k, _)), Some((c, _))) if k.as_str() > *c => changed.next().and_then(replaced),
+                (Some(_), _) => now.next().map(|(k, v)| Taken::Live(k.clone(), v.clone())),
+                (None, Some(_)) => changed.next().and_then(replaced),
             };
-            let Some(kv) = next else { continue };
+            let Some(taken) = next else { continue };
             if limit > 0 && items.len() == limit {
                 more = true;
                 break;
             }
-            items.push(kv.clone());
+            items.push(taken);
         }
-        ListPage {
+        TakenPage {
             items,
             revision: rev,
             more,
@@ -186,6 +259,8 @@ impl EmbeddedStore {
         let snap_path = cfg.dir.join(SNAPSHOT);
         let log_path = cfg.dir.join(LOG);
         let mut state = State::default();
+        // Recovered as written, packed once the log is replayed.
+        let mut kvs: BTreeMap<String, KeyValue> = BTreeMap::new();
         let snap = wal::read_file(&snap_path)?;
         if !snap.is_empty() {
             let (recs, len) = wal::decode_all(&snap);
@@ -204,7 +279,7 @@ impl EmbeddedStore {
                     create_revision: r.create_revision,
                     mod_revision: r.revision,
                 };
-                state.kvs.insert(kv.key.clone(), kv);
+                kvs.insert(kv.key.clone(), kv);
             }
         }
         let log = wal::read_file(&log_path)?;
@@ -234,15 +309,22 @@ impl EmbeddedStore {
                         create_revision: r.create_revision,
                         mod_revision: r.revision,
                     };
-                    state.kvs.insert(kv.key.clone(), kv);
+                    kvs.insert(kv.key.clone(), kv);
                 }
                 Op::Delete => {
-                    state.kvs.remove(&r.key);
+                    kvs.remove(&r.key);
                 }
                 Op::SnapshotHeader => {}
             }
             state.revision = r.revision;
         }
+        state.kvs = kvs
+            .into_iter()
+            .map(|(k, kv)| {
+                let live = Live::new(&kv, Packed::pack(&kv.value));
+                (k, live)
+            })
+            .collect();
         // History does not survive a restart: watches must start at the recovered revision.
         state.compacted = state.revision;
         let log_file = wal::open_log(&log_path, valid as u64)?;
@@ -257,6 +339,7 @@ impl EmbeddedStore {
             cfg,
             log: log_file,
             log_bytes: valid as u64,
+            cold: Vec::new(),
         };
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
@@ -300,6 +383,8 @@ struct Writer {
     cfg: EmbeddedConfig,
     log: File,
     log_bytes: u64,
+    /// Events just trimmed from the history whose values are still live, to pack.
+    cold: Vec<Arc<Event>>,
 }
 
 /// Checks one write against the value it would replace; returns the new value (None = deleted).
@@ -403,11 +488,16 @@ impl Writer {
             let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
             for req in &batch {
                 let key = req.write.key();
-                let current = match overlay.get(key) {
-                    Some(v) => v.clone(),
-                    None => st.kvs.get(key).cloned(),
+                // A create needs only to know the key exists: no unpacking.
+                let current = match (overlay.get(key), &req.write, st.kvs.get(key)) {
+                    (Some(v), _, _) => Ok(v.clone()),
+                    (None, _, None) => Ok(None),
+                    (None, Write::Create { .. }, Some(_)) => {
+                        Err(StoreError::AlreadyExists { key: key.into() })
+                    }
+                    (None, _, Some(live)) => live.read(key.to_string()).map(Some),
                 };
-                match apply_one(&req.write, current.as_ref(), rev + 1) {
+                match current.and_then(|current| apply_one(&req.write, current.as_ref(), rev + 1)) {
                     Ok(ev) => {
                         rev += 1;
                         let op = match ev.kind {
@@ -458,7 +548,9 @@ impl Writer {
             for ev in results.iter().flatten() {
                 match ev.kind {
                     EventKind::Put => {
-                        st.kvs.insert(ev.kv.key.clone(), ev.kv.clone());
+                        // As written, shared with the history's event: packed when that goes.
+                        let value = Packed::Raw(ev.kv.value.clone());
+                        st.kvs.insert(ev.kv.key.clone(), Live::new(&ev.kv, value));
                     }
                     EventKind::Delete => {
                         st.kvs.remove(&ev.kv.key);
@@ -474,6 +566,15 @@ impl Writer {
                 let Some(old) = st.history.pop_front() else { break };
                 st.history_bytes -= event_bytes(&old);
                 st.compacted = old.kv.mod_revision;
+                // The value this event wrote, if still live, is now read only from the map.
+                if old.kind == EventKind::Put
+                    && st
+                        .kvs
+                        .get(&old.kv.key)
+                        .is_some_and(|l| l.mod_revision == old.kv.mod_revision)
+                {
+                    self.cold.push(old);
+                }
             }
         }
         for ev in committed {
@@ -481,6 +582,32 @@ impl Writer {
         }
         for (req, res) in batch.into_iter().zip(results) {
             let _ = req.reply.send(res);
+        }
+        self.pack_cold();
+    }
+
+    /// Packs the live values whose events left the history (after the batch is answered,
+    /// outside the state lock); a value changed meanwhile is left to its own event.
+    fn pack_cold(&mut self) {
+        if self.cold.is_empty() {
+            return;
+        }
+        let packed: Vec<(Arc<Event>, Packed)> = self
+            .cold
+            .drain(..)
+            .map(|ev| {
+                let p = Packed::pack(&ev.kv.value);
+                (ev, p)
+            })
+            .filter(|(_, p)| !p.is_raw())
+            .collect();
+        let mut st = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
+        for (ev, p) in packed {
+            if let Some(live) = st.kvs.get_mut(&ev.kv.key)
+                && live.mod_revision == ev.kv.mod_revision
+            {
+                live.value = p;
+            }
         }
     }
 
@@ -499,18 +626,23 @@ impl Writer {
                     key: "",
                     value: &[],
                 };
-                let records = st.kvs.values().map(|kv| wal::Entry {
-                    op: Op::Put,
-                    revision: kv.mod_revision,
-                    create_revision: kv.create_revision,
-                    key: &kv.key,
-                    value: &kv.value,
-                });
-                for entry in std::iter::once(header).chain(records) {
+                let mut put = |entry: wal::Entry<'_>| {
                     buf.clear();
                     wal::encode(entry, &mut buf);
-                    w.write_all(&buf)?;
                     bytes += buf.len() as u64;
+                    w.write_all(&buf)
+                };
+                put(header)?;
+                // Values as written: the snapshot does not depend on this build's dictionary.
+                for (key, live) in &st.kvs {
+                    let value = live.value.unpack()?;
+                    put(wal::Entry {
+                        op: Op::Put,
+                        revision: live.mod_revision,
+                        create_revision: live.create_revision,
+                        key,
+                        value: &value,
+                    })?;
                 }
                 Ok(())
             })?;
@@ -574,7 +706,10 @@ impl WatchStream for EmbeddedWatch {
 
 impl Store for EmbeddedStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeyValue>>> {
-        Box::pin(async move { Ok(self.read().kvs.get(key).cloned()) })
+        Box::pin(async move {
+            let live = self.read().kvs.get(key).cloned();
+            live.map(|live| live.read(key.to_string())).transpose()
+        })
     }
 
     fn list<'a>(
@@ -585,28 +720,31 @@ impl Store for EmbeddedStore {
     ) -> BoxFuture<'a, Result<ListPage>> {
         Box::pin(async move {
             use std::ops::Bound;
-            let st = self.read();
-            let lower = match start_after {
-                Some(k) => Bound::Excluded(k.to_string()),
-                None => Bound::Included(prefix.to_string()),
+            let page = {
+                let st = self.read();
+                let lower = match start_after {
+                    Some(k) => Bound::Excluded(k.to_string()),
+                    None => Bound::Included(prefix.to_string()),
+                };
+                let mut items = Vec::new();
+                let mut more = false;
+                for (k, live) in st.kvs.range((lower, Bound::Unbounded)) {
+                    if !k.starts_with(prefix) {
+                        break;
+                    }
+                    if limit > 0 && items.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    items.push(Taken::Live(k.clone(), live.clone()));
+                }
+                TakenPage {
+                    items,
+                    revision: st.revision,
+                    more,
+                }
             };
-            let mut items = Vec::new();
-            let mut more = false;
-            for (k, kv) in st.kvs.range((lower, Bound::Unbounded)) {
-                if !k.starts_with(prefix) {
-                    break;
-                }
-                if limit > 0 && items.len() == limit {
-                    more = true;
-                    break;
-                }
-                items.push(kv.clone());
-            }
-            Ok(ListPage {
-                items,
-                revision: st.revision,
-                more,
-            })
+            page.read()
         })
     }
 
@@ -631,7 +769,9 @@ impl Store for EmbeddedStore {
                     current: st.revision,
                 });
             }
-            Ok(st.range_at(prefix, start_after, limit, revision))
+            let page = st.range_at(prefix, start_after, limit, revision);
+            drop(st);
+            page.read()
         })
     }
 
@@ -1111,6 +1251,98 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 400);
         assert_eq!(s.revision().await?, 400);
+        Ok(())
+    }
+
+    /// A stored pod (as in `packed`'s tests) named `name`, with `phase`.
+    fn pod(name: &str, phase: &str) -> bytes::Bytes {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("packed_test_pod.json")).expect("the test pod is JSON");
+        v["metadata"]["name"] = name.into();
+        v["status"]["phase"] = phase.into();
+        bytes::Bytes::from(serde_json::to_vec(&v).expect("JSON"))
+    }
+
+    #[tokio::test]
+    async fn packed_values_read_back_as_written_through_every_read() -> Result<()> {
+        let dir = tmp()?;
+        let mut cfg = EmbeddedConfig::new(dir.path());
+        cfg.compact_log_bytes = 20_000;
+        // The history keeps the last 5 events: values of older events are packed.
+        cfg.history_events = 5;
+        let s = EmbeddedStore::open(cfg.clone())?;
+        let mut want = BTreeMap::new();
+        for i in 0..20 {
+            let (key, value) = (format!("/pods/p{i:02}"), pod(&format!("p{i:02}"), "Pending"));
+            s.write(Write::Create {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .await?;
+            want.insert(key, value);
+        }
+        for i in 0..10 {
+            let (key, value) = (format!("/pods/p{i:02}"), pod(&format!("p{i:02}"), "Running"));
+            s.write(Write::Update {
+                key: key.clone(),
+                value: value.clone(),
+                expected: None,
+            })
+            .await?;
+            want.insert(key, value);
+        }
+        let then = s.revision().await?;
+        let at_then = want.clone();
+        for i in 17..20 {
+            let key = format!("/pods/p{i:02}");
+            s.write(Write::Delete {
+                key: key.clone(),
+                expected: None,
+            })
+            .await?;
+            want.remove(&key);
+        }
+        // The history holds the last two updates (p08, p09) and the deletes: those two values
+        // are kept as written, every other one packed (else this test reads nothing through
+        // the packing). The writer packs after it has answered: wait for it.
+        let raw_keys = || -> Vec<String> {
+            let st = s.read();
+            st.kvs
+                .iter()
+                .filter(|(_, l)| l.value.is_raw())
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while raw_keys().len() > 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(raw_keys(), ["/pods/p08", "/pods/p09"]);
+        let as_map = |p: ListPage| -> BTreeMap<String, bytes::Bytes> {
+            p.items.into_iter().map(|kv| (kv.key, kv.value)).collect()
+        };
+        assert_eq!(as_map(s.list("/pods/", None, 0).await?), want);
+        assert_eq!(as_map(s.list_at("/pods/", None, 0, then).await?), at_then);
+        for (key, value) in &want {
+            assert_eq!(s.get(key).await?.map(|kv| kv.value).as_ref(), Some(value));
+        }
+        // An update's event carries the value it replaced, unpacked from the map.
+        let ev = s
+            .write(Write::Update {
+                key: "/pods/p15".into(),
+                value: pod("p15", "Succeeded"),
+                expected: None,
+            })
+            .await?;
+        assert_eq!(ev.prev.map(|p| p.value), want.get("/pods/p15").cloned());
+        want.insert("/pods/p15".into(), pod("p15", "Succeeded"));
+        // The snapshot (the log passed 20,000 bytes) and the log hold them as written.
+        assert!(dir.path().join(SNAPSHOT).exists());
+        drop(s);
+        let s = EmbeddedStore::open(cfg)?;
+        assert_eq!(as_map(s.list("/pods/", None, 0).await?), want);
+        // Nothing is in the history after a restart: every value is packed.
+        assert!(s.read().kvs.values().all(|l| !l.value.is_raw()));
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 pub mod embedded;
 pub mod encryption;
 pub mod etcd;
+mod packed;
 mod wal;
 
 use std::future::Future;
@@ -14,8 +15,8 @@ use std::pin::Pin;
 pub type Revision = i64;
 
 /// A stored value with its revisions. The value is shared, not copied, between the store's
-/// map, its watch history (as an event's object and as the next event's previous object) and
-/// the readers it is handed to.
+/// watch history (as an event's object and as the next event's previous object) and the
+/// readers it is handed to (the embedded store's map keeps it compressed, `packed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyValue {
     pub key: String,
