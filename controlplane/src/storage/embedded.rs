@@ -260,7 +260,14 @@ impl EmbeddedStore {
         let log_path = cfg.dir.join(LOG);
         let mut state = State::default();
         // Recovered as written; the writer thread packs them once it runs (see `Writer::run`).
-        let mut kvs: BTreeMap<String, KeyValue> = BTreeMap::new();
+        let recovered = |r: wal::Record| {
+            let live = Live {
+                value: Packed::Raw(r.value.into()),
+                create_revision: r.create_revision,
+                mod_revision: r.revision,
+            };
+            (r.key, live)
+        };
         let snap = wal::read_file(&snap_path)?;
         if !snap.is_empty() {
             let (recs, len) = wal::decode_all(&snap);
@@ -272,15 +279,7 @@ impl EmbeddedStore {
             }
             state.revision = recs[0].revision;
             state.compacted = recs[0].create_revision;
-            for r in recs.into_iter().skip(1) {
-                let kv = KeyValue {
-                    key: r.key,
-                    value: r.value.into(),
-                    create_revision: r.create_revision,
-                    mod_revision: r.revision,
-                };
-                kvs.insert(kv.key.clone(), kv);
-            }
+            state.kvs.extend(recs.into_iter().skip(1).map(recovered));
         }
         let log = wal::read_file(&log_path)?;
         let (recs, valid) = wal::decode_all(&log);
@@ -301,30 +300,28 @@ impl EmbeddedStore {
             if r.revision <= state.revision {
                 continue; // already in the snapshot
             }
+            state.revision = r.revision;
             match r.op {
                 Op::Put => {
-                    let kv = KeyValue {
-                        key: r.key,
-                        value: r.value.into(),
-                        create_revision: r.create_revision,
-                        mod_revision: r.revision,
-                    };
-                    kvs.insert(kv.key.clone(), kv);
+                    let (key, live) = recovered(r);
+                    state.kvs.insert(key, live);
                 }
                 Op::Delete => {
-                    kvs.remove(&r.key);
+                    state.kvs.remove(&r.key);
                 }
                 Op::SnapshotHeader => {}
             }
-            state.revision = r.revision;
         }
-        let mut cold = VecDeque::with_capacity(kvs.len());
-        state.kvs = kvs
-            .into_iter()
-            .map(|(k, kv)| {
-                let live = Live::new(&kv, Packed::Raw(kv.value.clone()));
-                cold.push_back(Cold::from(kv));
-                (k, live)
+        let cold = state
+            .kvs
+            .iter()
+            .filter_map(|(key, live)| match &live.value {
+                Packed::Raw(value) => Some(Cold {
+                    key: key.clone(),
+                    mod_revision: live.mod_revision,
+                    value: value.clone(),
+                }),
+                Packed::Lz4 { .. } => None,
             })
             .collect();
         // History does not survive a restart: watches must start at the recovered revision.
