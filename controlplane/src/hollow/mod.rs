@@ -695,7 +695,9 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
     );
     tracing::info!(count = args.count, prefix = %args.name_prefix, "hollow nodes registered");
     // Leases every quarter of their duration (10 s by default), node status every 30 renewals
-    // (5 min), each spread over the period.
+    // (5 min), each spread over the period. Registration has just posted the status, so the
+    // first status report is due a report period later (the kubelet's
+    // nodeStatusReportFrequency), not in the first lease round.
     let lease_fleet = fleet.clone();
     tokio::spawn(async move {
         let n = lease_fleet.names.len().max(1);
@@ -708,7 +710,7 @@ pub async fn run(args: HollowArgs) -> anyhow::Result<()> {
             tick.tick().await;
             let f = lease_fleet.clone();
             let idx = i;
-            let status_due = status_round.is_multiple_of(30);
+            let status_due = status_round > 0 && status_round.is_multiple_of(30);
             tokio::spawn(async move {
                 if let Err(e) = f.renew(idx).await {
                     tracing::debug!(node = %f.names[idx], error = %e, "lease renewal failed");
