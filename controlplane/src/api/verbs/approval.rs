@@ -54,7 +54,7 @@ impl Api {
         if q.dry_run() {
             return Ok(updated);
         }
-        self.put_at(t.res, t.res.key(None, &name), &updated, rev, &name)
+        self.put_at(t.res, t.res.key(None, &name), updated, rev, &name)
             .await
     }
 

@@ -66,7 +66,7 @@ impl Api {
         pod["spec"]["nodeName"] = json!(node);
         set_scheduled(&mut pod["status"]);
         let key = t.res.key(t.namespace.as_deref(), &name);
-        self.put_at(t.res, key, &pod, rev, &name).await?;
+        self.put_at(t.res, key, pod, rev, &name).await?;
         Ok(status::success(201))
     }
 }

@@ -1,6 +1,7 @@
 //! POST: create (generateName, uid, timestamps, generation, admission, field ownership), and
 //! what the first namespaces start with.
 
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
@@ -8,6 +9,7 @@ use serde_json::{Value, json};
 use super::{Fields, drop_unknown_fields, fieldmanager, writer};
 use crate::api::Api;
 use crate::api::admission::{self, check_shape, check_type};
+use crate::api::object::sparse::Paths;
 use crate::api::object::stored::{decode, encode, store_err, store_err_for, stored_at};
 use crate::api::object::{self, name_of};
 use crate::api::registry::{self, Resource};
@@ -283,8 +285,10 @@ impl Api {
     pub(crate) async fn namespace_active(&self, ns: &str) -> Result<(), ApiError> {
         let res =
             registry::find("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces"))?;
-        match self.read_object(res, None, ns).await {
-            Ok((obj, _)) if obj["status"]["phase"] == "Terminating" => Err(ApiError {
+        static PHASE: OnceLock<Paths> = OnceLock::new();
+        let phase = PHASE.get_or_init(|| Paths::new(["status.phase"]));
+        match self.read_fields(res, None, ns, phase).await {
+            Ok(obj) if obj["status"]["phase"] == "Terminating" => Err(ApiError {
                 code: 403,
                 reason: "Forbidden",
                 message: format!(

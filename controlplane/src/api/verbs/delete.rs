@@ -178,7 +178,7 @@ impl Api {
             }
             if policy.is_some() && finalizers != current {
                 obj["metadata"]["finalizers"] = json!(finalizers);
-                return self.put_at(res, key, &obj, rev, &name).await;
+                return self.put_at(res, key, obj, rev, &name).await;
             }
             return Ok(obj);
         }
@@ -198,7 +198,7 @@ impl Api {
             } else {
                 obj["metadata"]["finalizers"] = json!(finalizers);
             }
-            return self.put_at(res, key, &obj, rev, &name).await;
+            return self.put_at(res, key, obj, rev, &name).await;
         }
         // Dependents are the garbage collector's (it sees this deletion).
         self.remove(res, key, rev, &name).await
@@ -234,7 +234,7 @@ impl Api {
         ns["status"]["phase"] = json!("Terminating");
         ns["metadata"]["deletionTimestamp"] = json!(object::rfc3339(SystemTime::now()));
         ns["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        self.put_at(res, key, &ns, rev, name).await
+        self.put_at(res, key, ns, rev, name).await
     }
 
     /// DELETE of a collection (with selectors).

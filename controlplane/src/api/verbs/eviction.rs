@@ -240,7 +240,7 @@ impl Api {
         let mut current = rev;
         if set_disruption_target(&mut pod, &kcore::time::rfc3339(SystemTime::now())) {
             let stored = self
-                .put_at(t.res, t.res.key(Some(ns), name), &pod, rev, name)
+                .put_at(t.res, t.res.key(Some(ns), name), pod, rev, name)
                 .await?;
             current = stored["metadata"]["resourceVersion"]
                 .as_str()
@@ -357,7 +357,7 @@ impl Api {
         let pdbs = registry::find("policy", "v1", "poddisruptionbudgets")
             .ok_or_else(|| ApiError::internal("poddisruptionbudgets not served"))?;
         let key = pdbs.key(Some(ns), &pdb_name);
-        match self.put_at(pdbs, key, &pdb, rev, &pdb_name).await {
+        match self.put_at(pdbs, key, pdb, rev, &pdb_name).await {
             Ok(_) => Ok(Verdict::Delete {
                 enforce: false,
                 pdb: Some(pdb_name),
@@ -428,7 +428,7 @@ impl Api {
         let pdbs = registry::find("policy", "v1", "poddisruptionbudgets")
             .ok_or_else(|| ApiError::internal("poddisruptionbudgets not served"))?;
         let key = pdbs.key(Some(ns), &pdb_name);
-        match self.put_at(pdbs, key, &pdb, rev, &pdb_name).await {
+        match self.put_at(pdbs, key, pdb, rev, &pdb_name).await {
             Ok(_) => Ok(Some(false)),
             Err(e) if e.code == 409 => Ok(None),
             Err(e) => Err(e),

@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::api::Api;
 use crate::api::object::name_of;
 use crate::api::object::selector::Filter;
+use crate::api::object::sparse::Paths;
 use crate::api::object::stored::{decode, encode, store_err, store_err_for, stored_at};
 use crate::api::output::{openapi, warnings};
 use crate::api::registry::Resource;
@@ -115,12 +116,32 @@ impl Api {
         Ok((decode(&kv)?, kv.mod_revision))
     }
 
+    /// Reads only the fields `paths` of one object (404 when it does not exist): for admission's
+    /// lookups on every create, which need a field or two of a namespace or service account.
+    pub(crate) async fn read_fields(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        paths: &Paths,
+    ) -> Result<Value, ApiError> {
+        let kv = self
+            .store
+            .get(&res.key(ns, name))
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| ApiError::not_found(res, name))?;
+        paths
+            .decode(&kv.value)
+            .map_err(|e| ApiError::internal(format!("stored object {}: {e}", kv.key)))
+    }
+
     /// Writes `obj` at `key` if the key is still at `rev`; returns the object as stored.
     pub(crate) async fn put_at(
         &self,
         res: &Resource,
         key: String,
-        obj: &Value,
+        obj: Value,
         rev: i64,
         name: &str,
     ) -> Result<Value, ApiError> {
@@ -128,12 +149,12 @@ impl Api {
             .store
             .write(Write::Update {
                 key,
-                value: encode(obj),
+                value: encode(&obj),
                 expected: Some(rev),
             })
             .await
             .map_err(store_err_for(res, name))?;
-        Ok(stored_at(obj.clone(), ev.kv.mod_revision))
+        Ok(stored_at(obj, ev.kv.mod_revision))
     }
 
     /// Deletes `key` if it is still at `rev`; returns the object as it was.

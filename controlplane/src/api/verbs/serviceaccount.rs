@@ -4,6 +4,7 @@
 //! CTL-62), unless the pod or its ServiceAccount sets `automountServiceAccountToken: false`.
 //! Mounting it on the node is the agent's part.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use crate::api::Api;
 use crate::api::authz::node::spec_refs;
 use crate::api::object::random_suffix;
+use crate::api::object::sparse::Paths;
 use crate::api::registry;
 use crate::api::status::ApiError;
 
@@ -122,8 +124,11 @@ impl Api {
         Ok(())
     }
 
-    /// The ServiceAccount `name` in `ns`; `default` is looked for [`DEFAULT_ATTEMPTS`] times.
+    /// What admission reads of the ServiceAccount `name` in `ns` (its image pull secrets and
+    /// token automounting); `default` is looked for [`DEFAULT_ATTEMPTS`] times.
     async fn service_account(&self, ns: &str, name: &str) -> Result<Value, ApiError> {
+        static READ: OnceLock<Paths> = OnceLock::new();
+        let read = READ.get_or_init(|| Paths::new(["imagePullSecrets", "automountServiceAccountToken"]));
         let res = registry::find("", "v1", "serviceaccounts")
             .ok_or_else(|| ApiError::internal("serviceaccounts not served"))?;
         let attempts = if name == "default" { DEFAULT_ATTEMPTS } else { 1 };
@@ -135,8 +140,8 @@ impl Api {
             if i > 0 {
                 tokio::time::sleep(pause).await;
             }
-            match self.read_object(res, Some(ns), name).await {
-                Ok((sa, _)) => return Ok(sa),
+            match self.read_fields(res, Some(ns), name, read).await {
+                Ok(sa) => return Ok(sa),
                 Err(e) if e.code == 404 => last = Some(e),
                 Err(e) => return Err(e),
             }

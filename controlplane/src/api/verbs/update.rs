@@ -103,9 +103,12 @@ impl Api {
             }
             Some("status") => {
                 // Only status changes through /status (and, after an apply, the field owners).
-                let status = new["status"].clone();
-                let owners = new["metadata"].get("managedFields").cloned();
-                new = old.clone();
+                let status = new.get_mut("status").map(Value::take).unwrap_or_default();
+                let owners = new
+                    .get_mut("metadata")
+                    .and_then(|m| m.get_mut("managedFields"))
+                    .map(Value::take);
+                new = clone_except(old, "status");
                 new["status"] = status;
                 if let (Fields::Recorded, Some(mf)) = (fields, owners) {
                     new["metadata"]["managedFields"] = mf;
@@ -183,7 +186,20 @@ impl Api {
             // garbage collector's).
             return self.remove(res, key, rev, &name).await;
         }
-        self.put_at(res, key, &new, rev, &name).await
+        self.put_at(res, key, new, rev, &name).await
+    }
+}
+
+/// A copy of `obj` without its member `key` (what is about to be replaced needs no copy).
+fn clone_except(obj: &Value, key: &str) -> Value {
+    match obj {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

@@ -39,9 +39,40 @@ struct Entry {
     time: String,
     subresource: String,
     fields: FieldSet,
+    /// The entry's `fieldsV1` as stored, while `fields` is still what it was read from:
+    /// written back as it is instead of encoding `fields` again (most writes change one
+    /// manager's entry and leave the others alone). Cleared by every change of `fields`.
+    stored_fields: Option<Value>,
 }
 
 impl Entry {
+    fn new(manager: &str, operation: &str, w: &Writer<'_>, fields: FieldSet) -> Self {
+        Entry {
+            manager: manager.to_string(),
+            operation: operation.into(),
+            api_version: w.api_version.to_string(),
+            time: w.now.to_string(),
+            subresource: w.subresource().to_string(),
+            fields,
+            stored_fields: None,
+        }
+    }
+
+    /// The fields, to change.
+    fn fields_mut(&mut self) -> &mut FieldSet {
+        self.stored_fields = None;
+        &mut self.fields
+    }
+
+    /// Keeps the fields `keep` accepts; the stored form stays when all are kept.
+    fn retain_fields(&mut self, keep: impl FnMut(&Path) -> bool) {
+        let before = self.fields.len();
+        self.fields.retain(keep);
+        if self.fields.len() != before {
+            self.stored_fields = None;
+        }
+    }
+
     fn is(&self, manager: &str, operation: &str, subresource: &str) -> bool {
         self.manager == manager && self.operation == operation && self.subresource == subresource
     }
@@ -58,14 +89,18 @@ impl Entry {
         s
     }
 
-    fn to_value(&self) -> Value {
+    fn into_value(self) -> Value {
+        let fields = match self.stored_fields {
+            Some(f) => f,
+            None => to_fields_v1(&self.fields),
+        };
         let mut v = json!({
             "manager": self.manager,
             "operation": self.operation,
             "apiVersion": self.api_version,
             "time": self.time,
             "fieldsType": "FieldsV1",
-            "fieldsV1": to_fields_v1(&self.fields),
+            "fieldsV1": fields,
         });
         if !self.subresource.is_empty() {
             v["subresource"] = json!(self.subresource);
@@ -74,7 +109,10 @@ impl Entry {
     }
 }
 
-fn read_entries(obj: &Value) -> Vec<Entry> {
+/// The `managedFields` entries of `obj`; `stored` says that `obj` is as this server stored it,
+/// so each entry's `fieldsV1` is already in the form [`to_fields_v1`] gives and can be kept
+/// (what a client sends is always decoded and encoded again).
+fn read_entries(obj: &Value, stored: bool) -> Vec<Entry> {
     let Some(list) = obj["metadata"]["managedFields"].as_array() else {
         return Vec::new();
     };
@@ -89,6 +127,7 @@ fn read_entries(obj: &Value) -> Vec<Entry> {
                 time: e["time"].as_str().unwrap_or_default().to_string(),
                 subresource: e["subresource"].as_str().unwrap_or_default().to_string(),
                 fields,
+                stored_fields: stored.then(|| e["fieldsV1"].clone()),
             })
         })
         .collect()
@@ -100,9 +139,9 @@ fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
         return;
     }
     let list: Vec<Value> = entries
-        .iter()
+        .into_iter()
         .filter(|e| !e.fields.is_empty())
-        .map(Entry::to_value)
+        .map(Entry::into_value)
         .collect();
     if list.is_empty() {
         if let Some(m) = obj["metadata"].as_object_mut() {
@@ -134,14 +173,16 @@ impl Writer<'_> {
 /// The entries start from `new`'s own `managedFields` when the client sent them (an empty list
 /// clears them and records nothing), else from `old`'s.
 pub fn record_update(ty: Type, old: Option<&Value>, new: &mut Value, w: Writer<'_>) {
-    let sent = new["metadata"].get("managedFields").cloned();
-    if sent.as_ref().and_then(Value::as_array).is_some_and(Vec::is_empty) {
+    let sent = new["metadata"].get("managedFields");
+    if sent.and_then(Value::as_array).is_some_and(Vec::is_empty) {
         write_entries(new, Vec::new());
         return;
     }
     let mut entries = match (sent, old) {
-        (Some(_), _) => read_entries(new),
-        (None, Some(o)) => read_entries(o),
+        // Sent back unchanged, as an update of an object read before usually does.
+        (Some(s), Some(o)) if Some(s) == o["metadata"].get("managedFields") => read_entries(o, true),
+        (Some(_), _) => read_entries(new, false),
+        (None, Some(o)) => read_entries(o, true),
         (None, None) => Vec::new(),
     };
     let (new_set, changed_set) = fields_and_changes(old, new, ty, w.scope);
@@ -156,26 +197,19 @@ pub fn record_update(ty: Type, old: Option<&Value>, new: &mut Value, w: Writer<'
     };
     let sub = w.subresource();
     for e in &mut entries {
-        e.fields.retain(|p| !removed.contains(p));
+        e.retain_fields(|p| !removed.contains(p));
         if !e.is(w.manager, "Update", sub) {
-            e.fields.retain(|p| !changed_set.contains(p));
+            e.retain_fields(|p| !changed_set.contains(p));
         }
     }
     if !changed_set.is_empty() {
         match entries.iter_mut().find(|e| e.is(w.manager, "Update", sub)) {
             Some(e) => {
-                e.fields.extend(changed_set);
+                e.fields_mut().extend(changed_set);
                 e.time = w.now.to_string();
                 e.api_version = w.api_version.to_string();
             }
-            None => entries.push(Entry {
-                manager: w.manager.to_string(),
-                operation: "Update".into(),
-                api_version: w.api_version.to_string(),
-                time: w.now.to_string(),
-                subresource: sub.to_string(),
-                fields: changed_set,
-            }),
+            None => entries.push(Entry::new(w.manager, "Update", &w, changed_set)),
         }
     }
     write_entries(new, entries);
@@ -187,7 +221,7 @@ pub fn apply(ty: Type, live: &Value, config: &Value, force: bool, w: Writer<'_>)
     if !config.is_object() {
         return Err(ApiError::bad_request("an apply configuration must be an object"));
     }
-    let mut entries = read_entries(live);
+    let mut entries = read_entries(live, true);
     let mut merged = if live.is_object() { live.clone() } else { json!({}) };
     merge_applied(&mut merged, config, ty, None);
     let applied = fields_of(config, ty, w.scope);
@@ -206,7 +240,7 @@ pub fn apply(ty: Type, live: &Value, config: &Value, force: bool, w: Writer<'_>)
         return Err(conflict_error(&entries, &conflicts));
     }
     for (i, p) in &conflicts {
-        entries[*i].fields.remove(p);
+        entries[*i].fields_mut().remove(p);
     }
 
     // Fields this manager applied before and no longer applies go, unless someone else has them.
@@ -231,14 +265,7 @@ pub fn apply(ty: Type, live: &Value, config: &Value, force: bool, w: Writer<'_>)
     }
 
     entries.retain(|e| !mine(e));
-    entries.push(Entry {
-        manager: w.manager.to_string(),
-        operation: "Apply".into(),
-        api_version: w.api_version.to_string(),
-        time: w.now.to_string(),
-        subresource: sub.to_string(),
-        fields: applied,
-    });
+    entries.push(Entry::new(w.manager, "Apply", &w, applied));
     write_entries(&mut merged, entries);
     Ok(merged)
 }

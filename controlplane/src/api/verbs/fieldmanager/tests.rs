@@ -82,7 +82,7 @@ fn create_records_fields_v1() {
         })
     );
     // Reading the entries back gives the same set.
-    let again = read_entries(&obj);
+    let again = read_entries(&obj, false);
     assert_eq!(to_fields_v1(&again[0].fields), e["fieldsV1"]);
 }
 
@@ -115,7 +115,7 @@ fn apply_conflicts_force_and_shared_ownership() {
     // Forced: carol takes .spec.replicas from both.
     let c = apply(deploy(), &b, &config(3, "nginx:1.26"), true, writer("carol")).expect("forced");
     assert_eq!(c["spec"]["replicas"], 3);
-    for e in read_entries(&c) {
+    for e in read_entries(&c, false) {
         let owns = e
             .fields
             .contains(&vec![Step::Field("spec".into()), Step::Field("replicas".into())]);
@@ -205,7 +205,7 @@ fn updates_take_changed_fields_from_others() {
     let mut scaled = a.clone();
     scaled["spec"]["replicas"] = json!(5);
     record_update(deploy(), Some(&a), &mut scaled, writer("kubectl-scale"));
-    let entries = read_entries(&scaled);
+    let entries = read_entries(&scaled, false);
     let replicas = vec![Step::Field("spec".into()), Step::Field("replicas".into())];
     let owner: Vec<&str> = entries
         .iter()
@@ -309,4 +309,77 @@ fn one_walk_finds_the_changes_path_comparison_finds() {
             assert_eq!(changes, fields, "a create changes every field it sets");
         }
     }
+}
+
+/// The managedFields of `obj` as they come out when every entry is decoded and encoded again.
+fn reencoded(obj: &Value) -> Value {
+    let mut again = obj.clone();
+    write_entries(&mut again, read_entries(obj, false));
+    again["metadata"]["managedFields"].clone()
+}
+
+#[test]
+fn untouched_entries_are_written_back_as_stored_and_changed_ones_encoded_again() {
+    let mut obj = config(2, "nginx:1.26");
+    record_update(deploy(), None, &mut obj, writer("kubectl-create"));
+    let created = obj["metadata"]["managedFields"][0].clone();
+
+    // Another manager changes the replicas: the creator's entry loses that field.
+    let mut scaled = obj.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    record_update(deploy(), Some(&obj), &mut scaled, writer("hpa"));
+    assert_eq!(
+        managers(&scaled),
+        [
+            ("kubectl-create".into(), "Update".into()),
+            ("hpa".into(), "Update".into())
+        ]
+    );
+    let creator = &scaled["metadata"]["managedFields"][0];
+    assert_ne!(creator["fieldsV1"], created["fieldsV1"]);
+    assert!(creator["fieldsV1"]["f:spec"].get("f:replicas").is_none());
+    assert_eq!(scaled["metadata"]["managedFields"], reencoded(&scaled));
+
+    // A third manager labels it: the two entries it does not touch come back exactly as stored.
+    let mut labelled = scaled.clone();
+    labelled["metadata"]["labels"]["tier"] = json!("front");
+    record_update(deploy(), Some(&scaled), &mut labelled, writer("kubectl-label"));
+    let before = scaled["metadata"]["managedFields"].as_array().expect("entries");
+    let after = labelled["metadata"]["managedFields"].as_array().expect("entries");
+    assert_eq!(after.len(), 3);
+    assert_eq!(after[..2], before[..]);
+    assert_eq!(
+        after[2]["fieldsV1"]["f:metadata"]["f:labels"],
+        json!({"f:tier": {}})
+    );
+    assert_eq!(labelled["metadata"]["managedFields"], reencoded(&labelled));
+
+    // An update that sends the entries back as it read them (a controller's PUT) and takes the
+    // image from the creator: the creator's entry loses it, the others stay.
+    let mut updated = labelled.clone();
+    updated["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.27");
+    record_update(deploy(), Some(&labelled), &mut updated, writer("rollout"));
+    let entries = updated["metadata"]["managedFields"].as_array().expect("entries");
+    assert_eq!(entries.len(), 4);
+    assert_eq!(entries[1..3], after[1..3]);
+    assert_ne!(entries[0]["fieldsV1"], after[0]["fieldsV1"]);
+    assert_eq!(updated["metadata"]["managedFields"], reencoded(&updated));
+}
+
+#[test]
+fn managed_fields_a_client_sends_are_encoded_again_not_kept() {
+    let mut obj = config(2, "nginx:1.26");
+    record_update(deploy(), None, &mut obj, writer("kubectl-create"));
+    // The client sends the entry with a field the decoder does not know (no "f:" prefix).
+    let mut sent = obj.clone();
+    sent["metadata"]["managedFields"][0]["fieldsV1"]["bogus"] = json!({});
+    sent["metadata"]["labels"]["tier"] = json!("front");
+    record_update(deploy(), Some(&obj), &mut sent, writer("kubectl-label"));
+    let creator = &sent["metadata"]["managedFields"][0];
+    assert_eq!(creator["manager"], "kubectl-create");
+    assert!(creator["fieldsV1"].get("bogus").is_none());
+    assert_eq!(
+        creator["fieldsV1"],
+        obj["metadata"]["managedFields"][0]["fieldsV1"]
+    );
 }
