@@ -34,7 +34,7 @@ use crate::api::output::{openapi, warnings};
 use crate::api::registry::Resource;
 use crate::api::request::{Query, Target};
 use crate::api::status::ApiError;
-use crate::storage::Write;
+use crate::storage::{KeyValue, Write};
 
 /// Whether a write still has its field ownership to record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +100,15 @@ pub(crate) fn filter_of(res: &Resource, q: &Query) -> Result<Filter, ApiError> {
 }
 
 impl Api {
+    /// The stored form of one object (404 when it does not exist).
+    async fn read_stored(&self, res: &Resource, ns: Option<&str>, name: &str) -> Result<KeyValue, ApiError> {
+        self.store
+            .get(&res.key(ns, name))
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| ApiError::not_found(res, name))
+    }
+
     /// Reads one object with its revision (404 when it does not exist).
     pub(crate) async fn read_object(
         &self,
@@ -107,12 +116,7 @@ impl Api {
         ns: Option<&str>,
         name: &str,
     ) -> Result<(Value, i64), ApiError> {
-        let kv = self
-            .store
-            .get(&res.key(ns, name))
-            .await
-            .map_err(store_err)?
-            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let kv = self.read_stored(res, ns, name).await?;
         Ok((decode(&kv)?, kv.mod_revision))
     }
 
@@ -125,12 +129,7 @@ impl Api {
         name: &str,
         paths: &Paths,
     ) -> Result<Value, ApiError> {
-        let kv = self
-            .store
-            .get(&res.key(ns, name))
-            .await
-            .map_err(store_err)?
-            .ok_or_else(|| ApiError::not_found(res, name))?;
+        let kv = self.read_stored(res, ns, name).await?;
         paths
             .decode(&kv.value)
             .map_err(|e| ApiError::internal(format!("stored object {}: {e}", kv.key)))
