@@ -1,9 +1,9 @@
 //! The embedded store (the default backend): an in-memory ordered map made durable by a
 //! write-ahead log with group commit (one fsync per batch of concurrent writes; a write is
 //! acknowledged only after its batch is on disk; while clients write concurrently, a small batch
-//! waits up to [`COMMIT_DELAY`] for more, as PostgreSQL's `commit_delay`), plus a snapshot. The log is folded into a new
-//! snapshot once it outgrows [`EmbeddedConfig::compact_log_bytes`], so disk use stays bounded by
-//! the live data plus that threshold. Watch history is kept in memory, bounded by count and bytes;
+//! waits up to [`COMMIT_DELAY`] for more, as PostgreSQL's `commit_delay`), plus a snapshot. The
+//! log is folded into a new snapshot once it outgrows [`EmbeddedConfig::compact_log_bytes`], so
+//! disk use stays bounded by the live data plus that threshold. Watch history is kept in memory, bounded by count and bytes;
 //! a watch from before it is [`StoreError::Compacted`]. The same history answers reads at a past
 //! revision ([`Store::list_at`]): a key changed since then reads as the value its first later
 //! change replaced. A [`Store::hold_revision`] keeps that history past the usual bounds (up to
@@ -22,6 +22,7 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, mpsc};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, oneshot};
 
@@ -384,9 +385,11 @@ impl Drop for EmbeddedStore {
 /// fsync costs this VM's writer about 150-180 µs of CPU whatever the batch size, and in
 /// `bench scheduler` batches averaged 2.2 writes (18,129 fsyncs for about 40,000 writes in
 /// 14 s), so fewer, larger batches leave that CPU to the API.
-const COMMIT_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
+const COMMIT_DELAY: Duration = Duration::from_millis(1);
 /// A batch this large commits without waiting.
 const GROUP_TARGET: usize = 16;
+/// The most writes one batch takes.
+const MAX_BATCH: usize = 4096;
 
 /// How many values the writer packs at a time (about 0.35 ms at 11 µs a value, optimised).
 const PACK_CHUNK: usize = 32;
@@ -500,20 +503,18 @@ impl Writer {
                 },
             };
             let mut batch = vec![first];
-            while batch.len() < 4096 {
-                match rx.try_recv() {
-                    Ok(r) => batch.push(r),
-                    Err(_) => break,
-                }
-            }
-            if self.last_batch > 1 && batch.len() < GROUP_TARGET {
-                let deadline = std::time::Instant::now() + COMMIT_DELAY;
-                while batch.len() < GROUP_TARGET {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    match rx.recv_timeout(left) {
-                        Ok(r) => batch.push(r),
-                        Err(_) => break,
+            // A small batch waits for more only while clients write concurrently.
+            let wait_until = (self.last_batch > 1).then(|| Instant::now() + COMMIT_DELAY);
+            while batch.len() < MAX_BATCH {
+                let next = match wait_until {
+                    Some(t) if batch.len() < GROUP_TARGET => {
+                        rx.recv_timeout(t.saturating_duration_since(Instant::now())).ok()
                     }
+                    _ => rx.try_recv().ok(),
+                };
+                match next {
+                    Some(r) => batch.push(r),
+                    None => break,
                 }
             }
             self.last_batch = batch.len();

@@ -46,9 +46,10 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(manager: &str, operation: &str, w: &Writer<'_>, fields: FieldSet) -> Self {
+    /// `w`'s entry for an `operation` ("Update" or "Apply") of `fields`.
+    fn new(operation: &str, w: &Writer<'_>, fields: FieldSet) -> Self {
         Entry {
-            manager: manager.to_string(),
+            manager: w.manager.to_string(),
             operation: operation.into(),
             api_version: w.api_version.to_string(),
             time: w.now.to_string(),
@@ -209,7 +210,7 @@ pub fn record_update(ty: Type, old: Option<&Value>, new: &mut Value, w: Writer<'
                 e.time = w.now.to_string();
                 e.api_version = w.api_version.to_string();
             }
-            None => entries.push(Entry::new(w.manager, "Update", &w, changed_set)),
+            None => entries.push(Entry::new("Update", &w, changed_set)),
         }
     }
     write_entries(new, entries);
@@ -265,7 +266,7 @@ pub fn apply(ty: Type, live: &Value, config: &Value, force: bool, w: Writer<'_>)
     }
 
     entries.retain(|e| !mine(e));
-    entries.push(Entry::new(w.manager, "Apply", &w, applied));
+    entries.push(Entry::new("Apply", &w, applied));
     write_entries(&mut merged, entries);
     Ok(merged)
 }
