@@ -17,6 +17,7 @@ pub mod supervisor;
 #[allow(unsafe_code)]
 pub mod sys;
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -136,8 +137,23 @@ fn boot_and_supervise() -> Shutdown {
         args: vec![name.into()],
         oneshot,
         kill: None,
+        pass_fds: Vec::new(),
+        env: Vec::new(),
     };
-    sup.add(service("runtime", false));
+    // Where the runtime parks its containers' pipes and terminals so they outlive its restarts
+    // (runtime::server::fdstore): PID 1 holds both ends for the machine's life.
+    let fd_store = runtime::server::fdstore::pair()
+        .inspect_err(|e| tracing::error!(error = %e, "no fd store: container stdio will not survive a runtime restart"))
+        .ok();
+    let mut runtime_service = service("runtime", false);
+    if let Some((a, b)) = &fd_store {
+        runtime_service.pass_fds = vec![a.as_raw_fd(), b.as_raw_fd()];
+        runtime_service.env = vec![(
+            runtime::server::fdstore::ENV.into(),
+            format!("{},{}", a.as_raw_fd(), b.as_raw_fd()),
+        )];
+    }
+    sup.add(runtime_service);
     sup.add(ServiceSpec {
         kill: cfg.kill_agent.map(|k| supervisor::KillSchedule {
             after: Duration::from_secs(u64::from(k.after_seconds)),
@@ -155,6 +171,8 @@ fn boot_and_supervise() -> Shutdown {
             args: args.to_vec(),
             oneshot: true,
             kill: None,
+            pass_fds: Vec::new(),
+            env: Vec::new(),
         });
     }
     tracing::info!(

@@ -4,12 +4,13 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -54,6 +55,10 @@ pub struct ServiceSpec {
     /// Test switch (machine config `debug.killAgent`): SIGKILL the service this long after each
     /// start, this many times, as a crash or `kill -9` would.
     pub kill: Option<KillSchedule>,
+    /// Descriptors of PID 1 that this service (alone) inherits, under the same numbers, with
+    /// the environment variables that name them. PID 1 keeps them open.
+    pub pass_fds: Vec<RawFd>,
+    pub env: Vec<(String, String)>,
 }
 
 /// When the supervisor kills a service on purpose (restart-safety tests).
@@ -448,11 +453,29 @@ impl Supervisor {
 fn command(spec: &ServiceSpec) -> Command {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args);
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     cmd
 }
 
+/// Sets or clears close-on-exec on a descriptor PID 1 keeps for a service.
+fn set_cloexec(fd: RawFd, on: bool) {
+    let flag = if on { FdFlag::FD_CLOEXEC } else { FdFlag::empty() };
+    if let Err(e) = fcntl(fd, FcntlArg::F_SETFD(flag)) {
+        tracing::warn!(fd, error = %e, "cannot change close-on-exec");
+    }
+}
+
 fn start(svc: &mut Service) {
-    match command(&svc.spec).spawn() {
+    // The passed descriptors are inheritable only while this service is spawned (PID 1 spawns
+    // from one thread), so no other service gets them.
+    for fd in &svc.spec.pass_fds {
+        set_cloexec(*fd, false);
+    }
+    let spawned = command(&svc.spec).spawn();
+    for fd in &svc.spec.pass_fds {
+        set_cloexec(*fd, true);
+    }
+    match spawned {
         Ok(child) => {
             let pid = Pid::from_raw(child.id() as i32);
             tracing::info!(service = %svc.spec.name, pid = pid.as_raw(), boot_ms = crate::sys::boot_ms(), "service started");

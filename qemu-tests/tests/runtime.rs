@@ -29,6 +29,7 @@ const CASES: &[&str] = &[
     "log_rotation",
     "sandbox_lost",
     "readopt",
+    "runtime_restart",
     "cycles",
 ];
 

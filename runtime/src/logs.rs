@@ -67,6 +67,11 @@ impl LogWriter {
         &self.path
     }
 
+    /// Size at which the file rotates, and how many files are kept.
+    pub fn limits(&self) -> (u64, usize) {
+        (self.max_size, self.max_files)
+    }
+
     fn record(&mut self, stream: Stream, tag: char, text: &[u8]) -> io::Result<()> {
         let mut rec = format!("{} {} {tag} ", timestamp(), stream.name()).into_bytes();
         rec.extend_from_slice(text);

@@ -79,6 +79,27 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Takes ownership of descriptors the kernel just installed in this process (SCM_RIGHTS).
+pub fn adopt_received(raw: Vec<i32>) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    raw.into_iter()
+        // SAFETY: each descriptor was just received through SCM_RIGHTS; this process owns it and
+        // nothing else refers to it.
+        .map(|r| unsafe { std::os::fd::OwnedFd::from_raw_fd(r) })
+        .collect()
+}
+
+/// Takes ownership of a descriptor this process inherited at exec for one purpose and was told
+/// the number of (the fd store's, named by its environment variable); only ever called once per
+/// descriptor, at start. None if `fd` is not open.
+pub fn adopt_inherited(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).ok()?;
+    // SAFETY: `fd` is open (checked above) and was passed to this process for this purpose
+    // alone; nothing else in the process owns it or closes it.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 /// `fork(2)`, for a helper child of the runtime process that runs Rust code of this process and
 /// ends with `_exit`.
 pub fn fork() -> io::Result<nix::unistd::ForkResult> {

@@ -1546,6 +1546,156 @@ fn readopt(s: &mut Suite) -> R {
     fresh.remove_sandbox(&sb.id).map_err(e("remove"))
 }
 
+/// The runtime process itself is killed (-9) and restarted by PID 1: its containers keep their
+/// processes, their output still reaches their logs, their stdin pipes and terminals still take
+/// input, and a `stdinOnce` input taken before the crash still ends in EOF when its client closes.
+fn runtime_restart(s: &mut Suite) -> R {
+    let sb = s.sandbox("rt-restart", PodResources::default(), false)?;
+    let image = s.image("busybox:1");
+    let with = |name: &str, script: &str, stdin: bool, stdin_once: bool, tty: bool| ContainerConfig {
+        name: name.into(),
+        image: image.clone(),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        stdin,
+        stdin_once,
+        tty,
+        ..Default::default()
+    };
+    let ticker = s.container_with(
+        &sb,
+        with(
+            "ticker",
+            "i=0; while true; do echo tick $i; echo err $i >&2; i=$((i+1)); sleep 0.2; done",
+            false,
+            false,
+            false,
+        ),
+    )?;
+    let reader = s.container_with(
+        &sb,
+        with(
+            "reader",
+            "while read l; do echo got-$l; done; echo eof",
+            true,
+            false,
+            false,
+        ),
+    )?;
+    let once = s.container_with(&sb, with("once", "cat; echo eof", true, true, false))?;
+    let term = s.container_with(
+        &sb,
+        with("term", "while read l; do echo tty-$l; done", true, false, true),
+    )?;
+    let once_in = s
+        .client
+        .attach(&once.id)
+        .map_err(e("attach once"))?
+        .input
+        .ok_or("once: no input")?;
+    nix::unistd::write(&once_in, b"one\n").map_err(e("write once"))?;
+    let reader_in = s
+        .client
+        .attach(&reader.id)
+        .map_err(e("attach reader"))?
+        .input
+        .ok_or("reader: no input")?;
+    nix::unistd::write(&reader_in, b"before\n").map_err(e("write reader"))?;
+    drop(reader_in);
+    let log = |c: &ContainerStatus| -> R<String> { log_text(c.log_path.as_deref().ok_or("no log path")?) };
+    wait_until(Duration::from_secs(20), || {
+        Ok(log(&reader)?.contains("got-before\n")
+            && log(&once)?.contains("one\n")
+            && log(&ticker)?.contains("tick 3\n"))
+    })
+    .map_err(|m| format!("before the restart: {m}"))?;
+
+    let pid = ticker.pid.ok_or("ticker: no pid")?;
+    let runtime_pid = parent_of(pid)?;
+    let ticks = log(&ticker)?.matches("tick ").count();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runtime_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .map_err(e("kill the runtime"))?;
+    // PID 1 starts it again (100 ms back-off); the old socket answers nothing meanwhile.
+    let t0 = Instant::now();
+    s.client = loop {
+        match Client::connect(Path::new(runtime_api::SOCKET)).and_then(|mut c| c.list_containers().map(|_| c))
+        {
+            Ok(c) if parent_of(pid)? != runtime_pid => break c,
+            _ if t0.elapsed() > Duration::from_secs(30) => {
+                return Err("the runtime did not come back in 30 s".into());
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    let listed = s.client.list_containers().map_err(e("list"))?;
+    for c in [&ticker, &reader, &once, &term] {
+        let now = listed
+            .iter()
+            .find(|x| x.id == c.id)
+            .ok_or_else(|| format!("{} not listed", c.name))?;
+        ensure(now.state == State::Running && now.pid == c.pid, || {
+            format!("{} after the restart: {now:?} (was pid {:?})", c.name, c.pid)
+        })?;
+    }
+    // Output goes on into the same logs (the ticker would have died of EPIPE otherwise).
+    wait_until(Duration::from_secs(20), || {
+        Ok(log(&ticker)?.matches("tick ").count() >= ticks + 5)
+    })
+    .map_err(|m| format!("ticker's output after the restart: {m}"))?;
+    ensure(log(&ticker)?.contains(&format!("err {}\n", ticks + 2)), || {
+        "stderr after the restart".into()
+    })?;
+    let reader_in = s
+        .client
+        .attach(&reader.id)
+        .map_err(e("attach reader"))?
+        .input
+        .ok_or("reader: no input after the restart")?;
+    nix::unistd::write(&reader_in, b"after\n").map_err(e("write reader"))?;
+    let a = s.client.attach(&term.id).map_err(e("attach term"))?;
+    ensure(a.tty, || "term: not a terminal after the restart".into())?;
+    let master = a.input.ok_or("term: no input after the restart")?;
+    nix::unistd::write(&master, b"x42\n").map_err(e("write term"))?;
+    // The stdinOnce input taken before the crash: its close is still the container's EOF.
+    nix::unistd::write(&once_in, b"two\n").map_err(e("write once"))?;
+    drop(once_in);
+    let st = s.wait_exit(&once.id, Duration::from_secs(30))?;
+    let text = log(&st)?;
+    ensure(text == "one\ntwo\neof\n", || {
+        format!("stdinOnce across the restart: {text:?}")
+    })?;
+    wait_until(Duration::from_secs(20), || {
+        Ok(log(&reader)?.contains("got-after\n") && log(&term)?.contains("tty-x42"))
+    })
+    .map_err(|m| format!("input after the restart: {m}"))?;
+    ensure(!log(&reader)?.contains("eof"), || "the reader saw EOF".into())?;
+    s.remove_pod(&sb)
+}
+
+/// Polls `cond` every 100 ms until it holds; the error says what was last seen if it never did.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> R<bool>) -> R {
+    let t0 = Instant::now();
+    loop {
+        match cond() {
+            Ok(true) => return Ok(()),
+            r if t0.elapsed() > limit => return Err(format!("not within {limit:?} ({r:?})")),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// The parent pid of `pid` (field 4 of /proc/<pid>/stat).
+fn parent_of(pid: i32) -> R<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(e("stat"))?;
+    let rest = &stat[stat.rfind(')').ok_or("stat")? + 1..];
+    rest.split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("stat: {stat:?}"))
+}
+
 /// 100 pods created and deleted; nothing may be left behind.
 fn cycles(s: &mut Suite) -> R {
     let before = leftovers()?;
@@ -1690,6 +1840,7 @@ fn main() {
         ("log_rotation", log_rotation),
         ("sandbox_lost", sandbox_lost),
         ("readopt", readopt),
+        ("runtime_restart", runtime_restart),
         ("cycles", cycles),
     ];
     let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));

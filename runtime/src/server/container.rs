@@ -223,6 +223,7 @@ impl Runtime {
                 };
                 self.containers.insert(id.clone(), c);
                 self.persist_container(&id);
+                self.park_stdio(&id);
                 tracing::info!(container = %id, name = %status.name, pid, "container created");
                 Ok(status)
             }
@@ -340,16 +341,19 @@ impl Runtime {
             Some(run) if c.rec.status.state == State::Running => run,
             _ => return Err(RuntimeError::Conflict(format!("container {id} is not running"))),
         };
-        let input = if run.stdin_once {
-            run.input.take()
-        } else {
-            run.input
-                .as_ref()
-                .map(|fd| fd.try_clone())
-                .transpose()
-                .map_err(io_ctx("container input"))?
-        };
-        Ok((run.tty, input))
+        let tty = run.tty;
+        if !run.stdin_once {
+            let input = run.input.as_ref().map(|fd| fd.try_clone());
+            return Ok((tty, input.transpose().map_err(io_ctx("container input"))?));
+        }
+        let input = run.input.take();
+        if input.is_some() {
+            // Its parked copy goes before the client has it, or the client's close would not be
+            // the container's EOF.
+            self.stdio_changed();
+            self.compact_fd_store();
+        }
+        Ok((tty, input))
     }
 
     /// The pid of running container `target` of sandbox `sandbox_id`, whose pid namespace a new
@@ -428,6 +432,7 @@ impl Runtime {
             self.outbox.push((conn, reply.clone()));
         }
         self.persist_container(id);
+        self.stdio_changed();
     }
 
     /// SIGKILL for containers whose stop grace period ran out; the next deadline.

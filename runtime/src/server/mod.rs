@@ -13,8 +13,8 @@
 //! on every change. A client that restarts lists them again and finds everything that was running
 //! still running. If the runtime process itself restarts, it reloads the records and re-attaches
 //! to live processes through pidfds; their exit codes are then unknown (they were reparented to
-//! PID 1) and their output pipes are gone, which is the known limit of having no per-container
-//! shim.
+//! PID 1). Their output pipes, stdin pipes and terminals survive: a copy of each is parked in a
+//! socket queue PID 1 keeps open ([`fdstore`]) and taken back at the restart.
 //!
 //! One operation family per file: [`state`] (records, persistence, re-adoption), [`sandbox`],
 //! [`container`], [`exec`], [`images`], [`stats`], [`errors`]; [`serve`] is the loop.
@@ -22,6 +22,7 @@
 mod container;
 mod errors;
 mod exec;
+pub mod fdstore;
 mod images;
 mod sandbox;
 mod serve;
@@ -111,6 +112,10 @@ pub struct Runtime {
     /// Whether children the runtime does not track may be left to reap (see
     /// `exec::reap_strays`).
     strays: bool,
+    /// Where containers' stdio is parked across restarts (None: not handed one by PID 1).
+    fd_store: Option<fdstore::FdStore>,
+    /// Parked descriptors that must go (a container ended, a `stdinOnce` input was taken).
+    fd_store_stale: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -126,7 +131,7 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Prepares directories, the node's cgroup slices and the pause root, then reloads persisted
     /// sandboxes and containers.
-    pub fn open(opts: Options) -> Result<Self, RuntimeError> {
+    pub fn open(opts: Options, fd_store: Option<fdstore::FdStore>) -> Result<Self, RuntimeError> {
         let youki_root = opts.state_dir.join("youki");
         let pause_root = opts.state_dir.join("pause-root");
         for d in [
@@ -178,6 +183,8 @@ impl Runtime {
             strays: false,
             bridge: None,
             pause_ready: false,
+            fd_store,
+            fd_store_stale: false,
         };
         rt.reload();
         rt.update_burstable()?;
@@ -298,12 +305,15 @@ impl Runtime {
 #[cfg(test)]
 fn test_runtime(dir: &std::path::Path) -> Runtime {
     fs::create_dir_all(dir.join("cgroup")).expect("cgroup root");
-    Runtime::open(Options {
-        socket: dir.join("runtime.sock"),
-        state_dir: dir.join("state"),
-        image_root: dir.join("images"),
-        cgroup_root: dir.join("cgroup"),
-        ..Options::default()
-    })
+    Runtime::open(
+        Options {
+            socket: dir.join("runtime.sock"),
+            state_dir: dir.join("state"),
+            image_root: dir.join("images"),
+            cgroup_root: dir.join("cgroup"),
+            ..Options::default()
+        },
+        None,
+    )
     .expect("runtime over scratch directories")
 }

@@ -191,7 +191,11 @@ fn is_output(s: &Source) -> bool {
 /// Runs the runtime until the process is killed.
 pub fn serve(opts: Options) -> Result<(), RuntimeError> {
     let socket = opts.socket.clone();
-    let mut rt = Runtime::open(opts)?;
+    let fd_store = super::fdstore::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "no fd store: containers' stdio will not survive a restart");
+        None
+    });
+    let mut rt = Runtime::open(opts, fd_store)?;
     if let Some(dir) = socket.parent() {
         fs::create_dir_all(dir).map_err(io_ctx(dir.display().to_string()))?;
     }
@@ -299,6 +303,7 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
         for (conn, reply) in std::mem::take(&mut rt.outbox) {
             send_reply(&mut conns, conn, &reply, Vec::new());
         }
+        rt.compact_fd_store();
     }
 }
 
