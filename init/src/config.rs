@@ -289,13 +289,17 @@ pub struct DebugConfigDoc {
     /// Kills the agent with SIGKILL `afterSeconds` after each of its starts, `times` times: a
     /// restart-safety test (running pods must survive agent crashes untouched).
     #[serde(default)]
-    pub kill_agent: Option<KillAgentDoc>,
+    pub kill_agent: Option<KillDoc>,
+    /// The same for the runtime process (running pods, their output and input must survive
+    /// runtime crashes untouched).
+    #[serde(default)]
+    pub kill_runtime: Option<KillDoc>,
 }
 
-/// `debug.killAgent`.
+/// `debug.killAgent` and `debug.killRuntime`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct KillAgentDoc {
+pub struct KillDoc {
     pub after_seconds: u32,
     pub times: u32,
 }
@@ -311,7 +315,8 @@ pub struct MachineConfig {
     pub shutdown_grace_seconds: u32,
     pub crash_service: bool,
     pub test_command: Vec<String>,
-    pub kill_agent: Option<KillAgentDoc>,
+    pub kill_agent: Option<KillDoc>,
+    pub kill_runtime: Option<KillDoc>,
     pub control_plane: Option<ControlPlaneConfig>,
     pub insecure_registries: Vec<String>,
     /// The ephemeral storage's tmpfs `size=` option.
@@ -353,6 +358,7 @@ impl Default for MachineConfig {
             crash_service: false,
             test_command: Vec::new(),
             kill_agent: None,
+            kill_runtime: None,
             control_plane: None,
             insecure_registries: Vec::new(),
             ephemeral_size: DEFAULT_EPHEMERAL_SIZE.into(),
@@ -607,6 +613,7 @@ fn validate(doc: MachineConfigDoc) -> Result<MachineConfig, ConfigError> {
         crash_service: doc.debug.crash_service,
         test_command: doc.debug.test_command,
         kill_agent: doc.debug.kill_agent,
+        kill_runtime: doc.debug.kill_runtime,
         insecure_registries: doc.registries.insecure,
     })
 }
@@ -909,6 +916,25 @@ mod tests {
         let cfg = load(Some(fw), &cmdline).expect("valid").expect("present");
         assert_eq!(cfg.hostname.as_deref(), Some("from-cmdline"));
         assert_eq!(cfg.log_level, "debug");
+    }
+
+    #[test]
+    fn kill_switches_for_restart_tests() {
+        let doc =
+            br#"{"apiVersion":"nodeos/v1alpha1","debug":{"killRuntime":{"afterSeconds":20,"times":5}}}"#;
+        let cfg = load(Some(doc), "").expect("valid").expect("present");
+        assert_eq!(
+            (cfg.kill_runtime, cfg.kill_agent),
+            (
+                Some(KillDoc {
+                    after_seconds: 20,
+                    times: 5
+                }),
+                None
+            )
+        );
+        let typo = br#"{"apiVersion":"nodeos/v1alpha1","debug":{"killRuntime":{"afterSecs":20,"times":5}}}"#;
+        assert!(load(Some(typo), "").is_err(), "an unknown field is refused");
     }
 
     #[test]

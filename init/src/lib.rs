@@ -153,12 +153,14 @@ fn boot_and_supervise() -> Shutdown {
             format!("{},{}", a.as_raw_fd(), b.as_raw_fd()),
         )];
     }
+    let schedule = |k: config::KillDoc| supervisor::KillSchedule {
+        after: Duration::from_secs(u64::from(k.after_seconds)),
+        times: k.times,
+    };
+    runtime_service.kill = cfg.kill_runtime.map(schedule);
     sup.add(runtime_service);
     sup.add(ServiceSpec {
-        kill: cfg.kill_agent.map(|k| supervisor::KillSchedule {
-            after: Duration::from_secs(u64::from(k.after_seconds)),
-            times: k.times,
-        }),
+        kill: cfg.kill_agent.map(schedule),
         ..service("agent", false)
     });
     if cfg.crash_service {

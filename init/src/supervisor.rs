@@ -52,8 +52,8 @@ pub struct ServiceSpec {
     pub args: Vec<String>,
     /// Run once; its exit powers the machine off (test commands).
     pub oneshot: bool,
-    /// Test switch (machine config `debug.killAgent`): SIGKILL the service this long after each
-    /// start, this many times, as a crash or `kill -9` would.
+    /// Test switch (machine config `debug.killAgent`, `debug.killRuntime`): SIGKILL the service
+    /// this long after each start, this many times, as a crash or `kill -9` would.
     pub kill: Option<KillSchedule>,
     /// Descriptors of PID 1 that this service (alone) inherits, under the same numbers, with
     /// the environment variables that name them. PID 1 keeps them open.
@@ -243,7 +243,7 @@ impl Supervisor {
                 {
                     svc.killed += 1;
                     svc.killed_pid = Some(pid);
-                    tracing::warn!(service = %svc.spec.name, kill = svc.killed, "killing the service (debug.killAgent)");
+                    tracing::warn!(service = %svc.spec.name, kill = svc.killed, "killing the service (debug.killAgent/killRuntime)");
                     let _ = kill(pid, Signal::SIGKILL);
                 }
             }

@@ -1792,6 +1792,121 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
     Ok(())
 }
 
+/// Restart safety of the runtime process: PID 1's `debug.killRuntime` kills it with SIGKILL 5
+/// times while 8 pods run. Every container keeps its id, start time, process and restart count,
+/// every pod stays Ready, and a container that prints a numbered line every second goes on
+/// printing into its log with no line lost (what it wrote while no runtime ran waited in its
+/// pipe). Without the runtime's fd store its pipe's reader died with the runtime: its next
+/// write failed and the shell ended.
+#[test]
+#[ignore = "needs VM images: ./build.sh test vm"]
+fn runtime_restarts_leave_running_pods_and_their_output_alone() -> Result<()> {
+    const PODS: usize = 8;
+    const KILLS: usize = 5;
+    let cp = ControlPlane::start()?;
+    let registry = busybox_registry()?;
+    let node = "runtime-restart-node";
+    let (_f, mut vm, _) = boot_node(&cp, &registry, "runtime-restarts", node, |c| {
+        c["debug"] = serde_json::json!({"killRuntime": {"afterSeconds": 20, "times": KILLS}});
+    })?;
+    let image = guest_busybox();
+    for i in 0..PODS - 1 {
+        cp.create(&pod(&format!("p{i}"), node, &image, "sleep 3600", "Always"))?;
+    }
+    let script = "i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done";
+    cp.create(&pod("ticker", node, &image, script, "Always"))?;
+    let ready = |cp: &ControlPlane| -> Result<usize> {
+        let out = cp.kubectl(&[
+            "get",
+            "pods",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+        ])?;
+        Ok(out.lines().filter(|l| *l == "True").count())
+    };
+    let wait_ready = |cp: &ControlPlane, when: &str| -> Result<()> {
+        let deadline = std::time::Instant::now() + POD * 2;
+        while ready(cp)? < PODS {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "only {} of {PODS} pods Ready {when}",
+                ready(cp)?
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        Ok(())
+    };
+    wait_ready(&cp, "before the kills")?;
+    let states = |cp: &ControlPlane| -> Result<String> {
+        cp.kubectl(&[
+            "get",
+            "pods",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}{range .status.containerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}#{.restartCount}{end}{\"\\n\"}{end}",
+        ])
+    };
+    // The process behind a container: its start time in clock ticks since boot (/proc/1/stat).
+    // Exec goes through the runtime, which may be restarting: a few tries.
+    let process = |cp: &ControlPlane, pod: &str| -> Result<String> {
+        let mut tries = 0;
+        loop {
+            match cp.kubectl(&["exec", pod, "--", "cat", "/proc/1/stat"]) {
+                Ok(stat) => return Ok(stat.split_whitespace().nth(21).unwrap_or_default().to_string()),
+                Err(e) if tries >= 10 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    };
+    let before = states(&cp)?;
+    let processes_before = [process(&cp, "p0")?, process(&cp, "ticker")?];
+    let killed_before = vm.console().matches("killing the service").count();
+    ensure!(
+        killed_before + 3 <= KILLS,
+        "the pods took too long: {killed_before} of {KILLS} kills happened before they were Ready"
+    );
+    vm.wait_for_lines("killing the service", KILLS, BOOT * 2)?;
+    let ticks = |cp: &ControlPlane| -> Result<Vec<String>> {
+        Ok(cp
+            .kubectl(&["logs", "ticker"])?
+            .lines()
+            .map(str::to_string)
+            .collect())
+    };
+    let at_last_kill = ticks(&cp)?.len();
+    let deadline = std::time::Instant::now() + POD;
+    while ticks(&cp)?.len() < at_last_kill + 5 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the ticker stopped logging after the runtime restarts: {:?}",
+            ticks(&cp)?
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let lines = ticks(&cp)?;
+    let want: Vec<String> = (0..lines.len()).map(|i| format!("tick {i}")).collect();
+    ensure!(
+        lines == want,
+        "lines lost or changed across runtime restarts: {lines:?}"
+    );
+    wait_ready(&cp, "after the kills")?;
+    let after = states(&cp)?;
+    ensure!(
+        before == after,
+        "containers changed across runtime restarts:\nbefore:\n{before}\nafter:\n{after}"
+    );
+    ensure!(
+        !before.contains("#1"),
+        "a container restarted before the kills: {before}"
+    );
+    let processes_after = [process(&cp, "p0")?, process(&cp, "ticker")?];
+    ensure!(
+        processes_before == processes_after,
+        "processes changed: {processes_before:?} -> {processes_after:?}"
+    );
+    Ok(())
+}
+
 /// Graceful node shutdown (SEEDS-SPEC NODE-68): with 25 s for the pods, 10 of them for
 /// critical ones, the ACPI power button makes the agent report the node NotReady ("node is
 /// shutting down"), reject a pod that arrives meanwhile (`NodeShutdown`), stop the regular pods

@@ -530,10 +530,7 @@ mod tests {
         };
         log_leftovers("gone", p, vec![r]);
         let text = fs::read_to_string(dir.path().join("0.log")).expect("log");
-        let lines: Vec<&str> = text
-            .lines()
-            .map(|l| l.split(' ').nth(2).unwrap_or(""))
-            .collect();
+        let lines: Vec<&str> = text.lines().map(|l| l.split(' ').nth(2).unwrap_or("")).collect();
         assert_eq!(lines, ["F", "P"], "{text}");
         assert!(
             text.contains("stdout F last words\n") && text.contains("stdout P no newline\n"),
