@@ -433,6 +433,21 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "searches": ["svc.example", "svc.example"],
         "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]});
     cp.create(&dnsy)?;
+    // /etc/hosts and the hostname as the kubelet makes them: the pod's address under its FQDN
+    // (hostname + subdomain), the FQDN as the kernel hostname, the hostAliases at the end.
+    let mut hosty = pod(
+        "hosty",
+        node,
+        &image,
+        "cat /etc/hosts; hostname; hostname -i; sleep 3600",
+        "Always",
+    );
+    hosty["spec"]["hostname"] = serde_json::json!("h1");
+    hosty["spec"]["subdomain"] = serde_json::json!("grp");
+    hosty["spec"]["setHostnameAsFQDN"] = serde_json::json!(true);
+    hosty["spec"]["hostAliases"] =
+        serde_json::json!([{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar.local"]}]);
+    cp.create(&hosty)?;
     let mut unconf = pod("unconf", node, &image, "echo $LATE; sleep 3600", "Always");
     unconf["spec"]["containers"][0]["env"] = serde_json::json!([
         {"name": "LATE", "valueFrom": {"configMapKeyRef": {"name": "late-config", "key": "LATE"}}},
@@ -1048,6 +1063,24 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         resolv == "nameserver 192.0.2.53\nsearch svc.example\noptions edns0 ndots:2\n",
         "dnsy resolv.conf: {resolv:?}"
     );
+    cp.wait_for(&["pod", "hosty"], "{.status.phase}", |p| p == "Running", POD)?;
+    let ip = cp.kubectl(&["get", "pod", "hosty", "-o", "jsonpath={.status.podIP}"])?;
+    // Read once the last line (`hostname -i`) is there.
+    let t0 = std::time::Instant::now();
+    let hosts = loop {
+        let h = logs_once_written(&cp, "hosty", POD)?;
+        if h.ends_with(&format!("\n{ip}\n")) || t0.elapsed() > POD {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let fqdn = "h1.grp.default.svc.cluster.local";
+    let want = format!(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+         {ip}\t{fqdn}\th1\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\n10.1.2.3\tbar.local\n{fqdn}\n{ip}\n"
+    );
+    ensure!(!ip.is_empty() && hosts == want, "hosty: {hosts:?}, want {want:?}");
     let missing = events_of(&cp, "envy", &["MissingClusterDNS="])?;
     ensure!(
         missing.contains("MissingClusterDNS=pod: \"envy_default(")

@@ -66,12 +66,20 @@ pub struct SandboxConfig {
     pub uid: String,
     #[serde(default)]
     pub attempt: u32,
-    /// Defaults to the pod name.
+    /// The pod's (short) hostname; defaults to the pod name.
     #[serde(default)]
     pub hostname: Option<String>,
+    /// The pod's domain (`<subdomain>.<namespace>.svc.<cluster domain>`): its `/etc/hosts` line
+    /// names `<hostname>.<domain>` too.
+    #[serde(default)]
+    pub host_domain: Option<String>,
+    /// `setHostnameAsFQDN`: the kernel hostname is `<hostname>.<domain>` (at most 64 bytes).
+    #[serde(default)]
+    pub hostname_as_fqdn: bool,
     #[serde(default)]
     pub dns: Dns,
-    /// Extra `/etc/hosts` lines (hostAliases).
+    /// Extra `/etc/hosts` lines (`<ip>\t<name>`, from hostAliases), written after the kubelet's
+    /// `# Entries added by HostAliases.` header.
     #[serde(default)]
     pub host_entries: Vec<String>,
     /// The pod slice's parent and values.

@@ -121,8 +121,71 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
     }
 }
 
-/// The sandbox of `pod`, attempt `attempt`, with its DNS settings (`dns.rs`).
-pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> SandboxConfig {
+/// The cluster's DNS domain, as kubeadm sets the kubelet's `clusterDomain`.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// Longest pod hostname (the kernel's 64 bytes less the terminating NUL, as the kubelet).
+const HOSTNAME_MAX: usize = 63;
+
+/// Longest kernel hostname of a pod with `setHostnameAsFQDN`.
+const FQDN_MAX: usize = 64;
+
+/// A pod's hostname and domain as the kubelet forms them (`GeneratePodHostNameAndDomain`):
+/// `spec.hostname`, else the pod's name, cut to 63 characters and then of trailing `-` and `.`;
+/// the domain `<subdomain>.<namespace>.svc.<cluster domain>` when `spec.subdomain` is set. (The
+/// API server validated both fields as DNS labels.)
+pub fn host_names(pod: &Pod) -> (String, Option<String>) {
+    let spec = pod.spec.as_ref();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let mut hostname = spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+        .unwrap_or(name)
+        .to_string();
+    if hostname.len() > HOSTNAME_MAX {
+        hostname.truncate(HOSTNAME_MAX);
+        let kept = hostname.trim_end_matches(['-', '.']).len();
+        hostname.truncate(kept);
+    }
+    let domain = spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|d| !d.is_empty())
+        .map(|sub| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            format!("{sub}.{ns}.svc.{CLUSTER_DOMAIN}")
+        });
+    (hostname, domain)
+}
+
+/// The kernel hostname of a pod with `setHostnameAsFQDN` and a domain (`GetNodenameForKernel`),
+/// refused with the kubelet's words when longer than 64 characters.
+pub fn fqdn_hostname(hostname: &str, domain: &str) -> Result<String, String> {
+    let fqdn = format!("{hostname}.{domain}");
+    if fqdn.len() > FQDN_MAX {
+        return Err(format!(
+            "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
+            fqdn.len()
+        ));
+    }
+    Ok(fqdn)
+}
+
+/// `/etc/hosts` lines of the pod's `hostAliases`: one per hostname, as the kubelet writes them.
+fn host_alias_lines(pod: &Pod) -> Vec<String> {
+    let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_ref());
+    aliases
+        .into_iter()
+        .flatten()
+        .flat_map(|a| {
+            let ip = a.ip.clone();
+            a.hostnames.iter().flatten().map(move |h| format!("{ip}\t{h}"))
+        })
+        .collect()
+}
+
+/// The sandbox of `pod`, attempt `attempt`, with its DNS settings (`dns.rs`); an error is what
+/// the kubelet reports as `FailedCreatePodSandBox` (an FQDN too long for a hostname).
+pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> Result<SandboxConfig, String> {
     let m = &pod.metadata;
     let (ns, name, uid) = (
         m.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -130,12 +193,20 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> SandboxConfig {
         m.uid.clone().unwrap_or_default(),
     );
     let spec = pod.spec.as_ref();
-    SandboxConfig {
+    let (hostname, host_domain) = host_names(pod);
+    let hostname_as_fqdn = spec.and_then(|s| s.set_hostname_as_fqdn).unwrap_or(false);
+    if hostname_as_fqdn && let Some(domain) = &host_domain {
+        fqdn_hostname(&hostname, domain)?;
+    }
+    Ok(SandboxConfig {
         log_directory: Some(PathBuf::from(format!(
             "{}/{ns}_{name}_{uid}",
             crate::logs::PODS_LOG_ROOT
         ))),
-        hostname: spec.and_then(|s| s.hostname.clone()),
+        hostname: Some(hostname),
+        host_domain,
+        hostname_as_fqdn,
+        host_entries: host_alias_lines(pod),
         share_process_namespace: spec.and_then(|s| s.share_process_namespace).unwrap_or(false),
         host: HostNamespaces {
             network: spec.and_then(|s| s.host_network).unwrap_or(false),
@@ -148,8 +219,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> SandboxConfig {
         attempt,
         dns,
         resources: pod_resources(pod),
-        ..SandboxConfig::default()
-    }
+    })
 }
 
 /// The runtime's config for container `c` of `pod`, its `restarts`-th start, with its resolved
@@ -310,6 +380,92 @@ mod tests {
             }
         });
         Client::from_stream(ours)
+    }
+
+    fn named_pod(name: &str, spec: Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": "u-1"},
+            "spec": spec,
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn hostnames_and_domains_as_the_kubelet_forms_them() {
+        let cases = [
+            ("web", serde_json::json!({"containers": []}), "web", None),
+            (
+                "web",
+                serde_json::json!({"containers": [], "hostname": "front"}),
+                "front",
+                None,
+            ),
+            (
+                "web-0",
+                serde_json::json!({"containers": [], "hostname": "web-0", "subdomain": "web"}),
+                "web-0",
+                Some("web.shop.svc.cluster.local"),
+            ),
+            (
+                // 63 characters end in "-." after the cut: both go.
+                &format!("{}-.x", "a".repeat(61)),
+                serde_json::json!({"containers": []}),
+                &"a".repeat(61)[..],
+                None,
+            ),
+        ];
+        for (name, spec, hostname, domain) in cases {
+            let pod = named_pod(name, spec);
+            assert_eq!(
+                host_names(&pod),
+                (hostname.to_string(), domain.map(String::from)),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_fqdn_hostname_longer_than_64_characters_is_refused_with_the_kubelets_words() {
+        assert_eq!(
+            fqdn_hostname("web-0", "web.shop.svc.cluster.local").as_deref(),
+            Ok("web-0.web.shop.svc.cluster.local")
+        );
+        let pod = named_pod(
+            "a-rather-long-pod-name-0",
+            serde_json::json!({"containers": [], "subdomain": "an-even-longer-subdomain", "setHostnameAsFQDN": true}),
+        );
+        let e = sandbox_config(&pod, 0, Dns::default()).expect_err("72 characters");
+        assert_eq!(
+            e,
+            "failed to construct FQDN from pod hostname and cluster domain, FQDN \
+             a-rather-long-pod-name-0.an-even-longer-subdomain.shop.svc.cluster.local is too long \
+             (64 characters is the max, 72 characters requested)"
+        );
+        // Without a subdomain there is no FQDN to set, and nothing to refuse.
+        let plain = named_pod(
+            "a-rather-long-pod-name-0",
+            serde_json::json!({"containers": [], "setHostnameAsFQDN": true}),
+        );
+        let c = sandbox_config(&plain, 0, Dns::default()).expect("no domain");
+        assert!(c.hostname_as_fqdn && c.host_domain.is_none());
+    }
+
+    #[test]
+    fn the_sandbox_carries_names_and_host_aliases() {
+        let pod = named_pod(
+            "web-0",
+            serde_json::json!({"containers": [], "hostname": "web-0", "subdomain": "web",
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar.local"]}, {"ip": "10.1.2.4", "hostnames": ["baz"]}]}),
+        );
+        let c = sandbox_config(&pod, 2, Dns::default()).expect("config");
+        assert_eq!(c.hostname.as_deref(), Some("web-0"));
+        assert_eq!(c.host_domain.as_deref(), Some("web.shop.svc.cluster.local"));
+        assert!(!c.hostname_as_fqdn);
+        assert_eq!(
+            c.host_entries,
+            ["10.1.2.3\tfoo.local", "10.1.2.3\tbar.local", "10.1.2.4\tbaz"]
+        );
+        assert_eq!(c.attempt, 2);
     }
 
     const PRESENT: &str = r#"{"result":"imageStatus","image":{"reference":"docker.io/library/busybox:1",

@@ -593,7 +593,10 @@ impl Worker {
             .map(|(reason, message)| Event::pod(reason, true, message))
             .collect();
         self.ctx.events.pod(pod, warnings);
-        let config = container::sandbox_config(pod, attempt, dns);
+        let config = match container::sandbox_config(pod, attempt, dns) {
+            Ok(c) => c,
+            Err(e) => return self.sandbox_failed(pod, now, &e),
+        };
         let result = blocking(move || {
             let mut rt = runtime()?;
             for id in old {
@@ -623,18 +626,26 @@ impl Worker {
                 }
                 None
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "sandbox creation failed");
-                let ev = Event::pod(
-                    "FailedCreatePodSandBox",
-                    true,
-                    format!("Failed to create pod sandbox: {e}"),
-                );
-                self.ctx.events.pod(pod, vec![ev]);
-                self.sandbox_backoff.step(now, now);
-                self.sandbox_backoff.retry_at()
-            }
+            Err(e) => self.sandbox_failed(pod, now, &e),
         }
+    }
+
+    /// A sandbox that could not be made: the kubelet's event, and the next try after a back-off.
+    fn sandbox_failed(
+        &mut self,
+        pod: &Pod,
+        now: SystemTime,
+        e: &dyn std::fmt::Display,
+    ) -> Option<SystemTime> {
+        tracing::warn!(error = %e, "sandbox creation failed");
+        let ev = Event::pod(
+            "FailedCreatePodSandBox",
+            true,
+            format!("Failed to create pod sandbox: {e}"),
+        );
+        self.ctx.events.pod(pod, vec![ev]);
+        self.sandbox_backoff.step(now, now);
+        self.sandbox_backoff.retry_at()
     }
 
     /// Every sandbox the runtime holds for this pod (and the one the worker made).

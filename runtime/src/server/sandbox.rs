@@ -88,8 +88,25 @@ impl Runtime {
                 .to_string_lossy()
                 .into_owned()
         } else {
-            config.hostname.clone().unwrap_or_else(|| config.name.clone())
+            kernel_hostname(config)
         };
+        // The address is chosen before /etc/hosts is written, which names it.
+        let ip = if config.host.network {
+            None
+        } else {
+            let used: Vec<std::net::Ipv4Addr> = self
+                .sandboxes
+                .values()
+                .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
+                .collect();
+            Some(self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
+                RuntimeError::Exhausted(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
+            })?)
+        };
+        let node_hosts = config
+            .host
+            .network
+            .then(|| fs::read_to_string("/etc/hosts").unwrap_or_else(|_| LOCALHOST.to_string()));
         let bundle = dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(io_ctx(bundle.display().to_string()))?;
         let shm = dir.join("shm");
@@ -102,7 +119,7 @@ impl Runtime {
             Some("mode=1777,size=65536k"),
         )
         .map_err(errno_ctx(format!("mounting {}", shm.display())))?;
-        for (name, content) in etc_files(config, &hostname) {
+        for (name, content) in etc_files(config, &hostname, ip, node_hosts.as_deref()) {
             fs::write(dir.join(name), content).map_err(io_ctx(format!("writing {name}")))?;
         }
         self.tree
@@ -149,18 +166,10 @@ impl Runtime {
             })?;
         c.start().map_err(lc_err("starting the pause container"))?;
         let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
-        if config.host.network {
+        let Some(ip) = ip else {
             return Ok((pid, pidfd, None));
-        }
+        };
         let bridge = self.ensure_bridge()?;
-        let used: Vec<std::net::Ipv4Addr> = self
-            .sandboxes
-            .values()
-            .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
-            .collect();
-        let ip = self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
-            RuntimeError::Exhausted(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
-        })?;
         net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(|source| RuntimeError::Network {
             what: "pod network".into(),
             source,
@@ -313,21 +322,54 @@ impl Runtime {
     }
 }
 
-/// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of a pod. A pod on the node's network
-/// starts from the node's hosts file, as the kubelet writes it.
-fn etc_files(config: &SandboxConfig, hostname: &str) -> [(&'static str, String); 3] {
-    let local = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
-    let mut hosts = if config.host.network {
-        fs::read_to_string("/etc/hosts").unwrap_or_else(|_| local.to_string())
-    } else {
-        local.to_string()
-    };
-    if !hosts.is_empty() && !hosts.ends_with('\n') {
-        hosts.push('\n');
+/// The hosts file of a pod with only the loopback names.
+const LOCALHOST: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+
+/// The hostname a pod's UTS namespace gets: its own (the pod name when the client gave none),
+/// or `<hostname>.<domain>` with `hostname_as_fqdn` and a domain.
+fn kernel_hostname(config: &SandboxConfig) -> String {
+    let short = config.hostname.clone().unwrap_or_else(|| config.name.clone());
+    match (&config.host_domain, config.hostname_as_fqdn) {
+        (Some(domain), true) => format!("{short}.{domain}"),
+        _ => short,
     }
-    for l in &config.host_entries {
-        hosts.push_str(l);
-        hosts.push('\n');
+}
+
+/// `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` of a pod, as the kubelet writes them: a
+/// pod with its own network gets the managed hosts file (loopback and IPv6 names, then its
+/// address with `<hostname>.<domain> <hostname>` or `<hostname>`), a pod on the node's network
+/// the node's hosts file (`node_hosts`); both end with the hostAliases entries.
+fn etc_files(
+    config: &SandboxConfig,
+    hostname: &str,
+    ip: Option<std::net::Ipv4Addr>,
+    node_hosts: Option<&str>,
+) -> [(&'static str, String); 3] {
+    let mut hosts = match node_hosts {
+        Some(node) => format!("# Kubernetes-managed hosts file (host network).\n{node}"),
+        None => {
+            let mut h = format!(
+                "# Kubernetes-managed hosts file.\n{LOCALHOST}fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
+            );
+            let short = config.hostname.as_deref().unwrap_or(&config.name);
+            if let Some(ip) = ip {
+                match &config.host_domain {
+                    Some(domain) => h.push_str(&format!("{ip}\t{short}.{domain}\t{short}\n")),
+                    None => h.push_str(&format!("{ip}\t{short}\n")),
+                }
+            }
+            h
+        }
+    };
+    if !config.host_entries.is_empty() {
+        if !hosts.is_empty() && !hosts.ends_with('\n') {
+            hosts.push('\n');
+        }
+        hosts.push_str("\n# Entries added by HostAliases.\n");
+        for l in &config.host_entries {
+            hosts.push_str(l);
+            hosts.push('\n');
+        }
     }
     let mut resolv = String::new();
     for s in &config.dns.servers {
@@ -364,6 +406,20 @@ pub(super) fn validate_sandbox(c: &SandboxConfig) -> Result<(), RuntimeError> {
         && (h.is_empty() || h.len() > 63 || h.contains(['/', '\0', ' ']))
     {
         return bad(format!("invalid hostname {h:?}"));
+    }
+    if let Some(d) = &c.host_domain
+        && (d.is_empty()
+            || d.len() > 253
+            || !d.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)))
+    {
+        return bad(format!("invalid host domain {d:?}"));
+    }
+    let kernel = kernel_hostname(c);
+    if !c.host.network && kernel.len() > 64 {
+        return bad(format!("hostname {kernel:?} is longer than 64 characters"));
+    }
+    if c.host_entries.iter().any(|l| l.contains(['\n', '\0'])) {
+        return bad("a hosts entry holds a line break".into());
     }
     if c.log_directory
         .as_ref()
@@ -443,7 +499,7 @@ mod tests {
     fn etc_files_of_a_pod() {
         let c = SandboxConfig {
             name: "web".into(),
-            host_entries: vec!["10.0.0.1\tdb".into()],
+            host_entries: vec!["10.0.0.1\tdb".into(), "10.0.0.1\tdb.local".into()],
             dns: runtime_api::Dns {
                 servers: vec!["10.96.0.10".into()],
                 searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into()],
@@ -451,12 +507,110 @@ mod tests {
             },
             ..Default::default()
         };
-        let [(_, hosts), (_, hostname), (_, resolv)] = etc_files(&c, "web");
-        assert!(hosts.ends_with("10.0.0.1\tdb\n"), "{hosts}");
+        let ip = Some(std::net::Ipv4Addr::new(10, 244, 0, 7));
+        let [(_, hosts), (_, hostname), (_, resolv)] = etc_files(&c, "web", ip, None);
+        assert_eq!(
+            hosts,
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+             10.244.0.7\tweb\n\n# Entries added by HostAliases.\n10.0.0.1\tdb\n10.0.0.1\tdb.local\n"
+        );
         assert_eq!(hostname, "web\n");
         assert_eq!(
             resolv,
             "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local\noptions ndots:5\n"
         );
+    }
+
+    #[test]
+    fn a_pod_with_a_subdomain_is_named_by_its_fqdn_too() {
+        let c = SandboxConfig {
+            name: "web-0".into(),
+            hostname: Some("web-0".into()),
+            host_domain: Some("web.shop.svc.cluster.local".into()),
+            ..Default::default()
+        };
+        let ip = Some(std::net::Ipv4Addr::new(10, 244, 0, 9));
+        assert_eq!(kernel_hostname(&c), "web-0");
+        let [(_, hosts), (_, hostname), _] = etc_files(&c, &kernel_hostname(&c), ip, None);
+        assert!(
+            hosts.ends_with("fe00::2\tip6-allrouters\n10.244.0.9\tweb-0.web.shop.svc.cluster.local\tweb-0\n"),
+            "{hosts}"
+        );
+        assert_eq!(hostname, "web-0\n");
+        let fqdn = SandboxConfig {
+            hostname_as_fqdn: true,
+            ..c.clone()
+        };
+        assert_eq!(kernel_hostname(&fqdn), "web-0.web.shop.svc.cluster.local");
+        let [(_, fqdn_hosts), (_, hostname), _] = etc_files(&fqdn, &kernel_hostname(&fqdn), ip, None);
+        assert_eq!(
+            fqdn_hosts, hosts,
+            "the hosts file names the short name either way"
+        );
+        assert_eq!(hostname, "web-0.web.shop.svc.cluster.local\n");
+        // Without a domain, setHostnameAsFQDN changes nothing.
+        let plain = SandboxConfig {
+            host_domain: None,
+            ..fqdn
+        };
+        assert_eq!(kernel_hostname(&plain), "web-0");
+    }
+
+    #[test]
+    fn a_pod_on_the_nodes_network_gets_the_nodes_hosts_file() {
+        let c = SandboxConfig {
+            name: "agent".into(),
+            host_entries: vec!["10.1.2.3\tfoo".into()],
+            host: runtime_api::HostNamespaces {
+                network: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let [(_, hosts), _, _] = etc_files(
+            &c,
+            "node-0",
+            None,
+            Some("127.0.0.1 localhost\n192.168.1.5 node-0"),
+        );
+        assert_eq!(
+            hosts,
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n192.168.1.5 node-0\n\n\
+             # Entries added by HostAliases.\n10.1.2.3\tfoo\n"
+        );
+    }
+
+    #[test]
+    fn names_that_cannot_be_a_hostname_are_refused() {
+        let base = SandboxConfig {
+            name: "p".into(),
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        let long_fqdn = SandboxConfig {
+            hostname: Some("a".repeat(40)),
+            host_domain: Some("b".repeat(30)),
+            hostname_as_fqdn: true,
+            ..base.clone()
+        };
+        assert!(validate_sandbox(&long_fqdn).is_err(), "71 characters");
+        assert!(
+            validate_sandbox(&SandboxConfig {
+                hostname_as_fqdn: false,
+                ..long_fqdn
+            })
+            .is_ok()
+        );
+        let bad_domain = SandboxConfig {
+            host_domain: Some("a b".into()),
+            ..base.clone()
+        };
+        assert!(validate_sandbox(&bad_domain).is_err());
+        let injected = SandboxConfig {
+            host_entries: vec!["10.0.0.1\tx\n10.0.0.2\ty".into()],
+            ..base
+        };
+        assert!(validate_sandbox(&injected).is_err());
     }
 }
