@@ -14,7 +14,7 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// First restart delay after a crash.
@@ -323,23 +323,45 @@ impl Supervisor {
     /// Reaps every exited child; schedules restarts of services.
     fn reap(&mut self) {
         loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            // Looked at first without reaping (WNOWAIT): an orphan's start time is read while it
+            // is a zombie, to record its exit for the runtime.
+            let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            let Some(pid) = waitid(Id::All, peek).ok().and_then(|s| s.pid()) else {
+                return;
+            };
+            let started = runtime::server::orphans::start_time(pid.as_raw());
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { continue };
-                    self.on_child_exit(pid, status);
-                }
+                Ok(status) => self.on_child_exit(pid, status, started),
             }
         }
     }
 
-    fn on_child_exit(&mut self, pid: Pid, status: WaitStatus) {
+    fn on_child_exit(&mut self, pid: Pid, status: WaitStatus, started: Option<u64>) {
         let Some(svc) = self
             .services
             .iter_mut()
             .find(|s| matches!(s.state, ServiceState::Running { pid: p, .. } if p == pid))
         else {
             tracing::debug!(pid = pid.as_raw(), status = %describe(status), "reaped orphan");
+            // A container or pause process a restarted runtime re-adopted: its exit is the
+            // runtime's to report (runtime::server::orphans).
+            let exit = match status {
+                WaitStatus::Exited(_, code) => Some((code, None)),
+                WaitStatus::Signaled(_, sig, _) => Some((128 + sig as i32, Some(sig as i32))),
+                _ => None,
+            };
+            if let (Some(t), Some((code, signal))) = (started, exit)
+                && let Err(e) = runtime::server::orphans::record(
+                    std::path::Path::new(runtime::server::orphans::PATH),
+                    pid.as_raw(),
+                    t,
+                    code,
+                    signal,
+                )
+            {
+                tracing::warn!(pid = pid.as_raw(), error = %e, "cannot record an orphan's exit");
+            }
             return;
         };
         if self.stopping {

@@ -1548,7 +1548,8 @@ fn readopt(s: &mut Suite) -> R {
 
 /// The runtime process itself is killed (-9) and restarted by PID 1: its containers keep their
 /// processes, their output still reaches their logs, their stdin pipes and terminals still take
-/// input, and a `stdinOnce` input taken before the crash still ends in EOF when its client closes.
+/// input, a `stdinOnce` input taken before the crash still ends in EOF when its client closes,
+/// and their exit codes are known (PID 1 records them).
 fn runtime_restart(s: &mut Suite) -> R {
     let sb = s.sandbox("rt-restart", PodResources::default(), false)?;
     let image = s.image("busybox:1");
@@ -1671,6 +1672,16 @@ fn runtime_restart(s: &mut Suite) -> R {
     })
     .map_err(|m| format!("input after the restart: {m}"))?;
     ensure(!log(&reader)?.contains("eof"), || "the reader saw EOF".into())?;
+    // Exits of re-adopted containers (PID 1 reaps them now and records how they ended).
+    ensure(
+        st.exit_code == Some(0) && st.reason.as_deref() == Some("Completed"),
+        || format!("exit of a re-adopted container: {st:?}"),
+    )?;
+    let stopped = s.client.stop_container(&ticker.id, 0).map_err(e("stop ticker"))?;
+    ensure(
+        stopped.exit_code == Some(137) && stopped.signal == Some(9),
+        || format!("a re-adopted container killed: {stopped:?}"),
+    )?;
     s.remove_pod(&sb)
 }
 

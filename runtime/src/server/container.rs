@@ -2,7 +2,7 @@
 //! and its reason, removal; their output into the CRI log.
 
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -287,11 +288,16 @@ impl Runtime {
     /// SIGKILL and wait (used by sandbox stop and removal).
     pub(super) fn kill_and_reap(&mut self, id: &str) {
         let Some(c) = self.containers.get(id) else { return };
-        if let (Some(pid), Some(_)) = (c.rec.status.pid, c.run.as_ref()) {
+        if let (Some(pid), Some(run)) = (c.rec.status.pid, c.run.as_ref()) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             let status = match waitpid(Pid::from_raw(pid), None) {
                 Ok(s) => exit_of(s),
-                Err(_) => None,
+                Err(_) => {
+                    // Re-adopted, so not our child: its pidfd turns readable once it ended.
+                    let mut fds = [PollFd::new(run.pidfd.as_fd(), PollFlags::POLLIN)];
+                    let _ = poll(&mut fds, PollTimeout::from(10_000u16));
+                    self.orphan_exit(id, pid)
+                }
             };
             self.on_exit(id, status);
         }
@@ -386,9 +392,27 @@ impl Runtime {
         let status = match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) => return,
             Ok(s) => exit_of(s),
-            Err(_) => None,
+            Err(_) => self.orphan_exit(id, pid),
         };
         self.on_exit(id, status);
+    }
+
+    /// The exit of a re-adopted container, which PID 1 reaped (see [`super::orphans`]): looked
+    /// for during up to 200 ms, as PID 1 records it right after the pidfd said it ended.
+    fn orphan_exit(&self, id: &str, pid: i32) -> Option<(i32, Option<i32>)> {
+        let started = self.containers.get(id)?.rec.start_time?;
+        for _ in 0..20 {
+            if let Some(exit) = super::orphans::lookup(&self.opts.orphan_exits, pid, started) {
+                return Some(exit);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tracing::warn!(
+            container = id,
+            pid,
+            "exit of a re-adopted container not recorded by PID 1"
+        );
+        None
     }
 
     /// Records an exit (status None: not our child any more, code unknown).

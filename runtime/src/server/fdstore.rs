@@ -123,6 +123,8 @@ pub struct FdStore {
     send: OwnedFd,
     recv: OwnedFd,
     generation: u64,
+    /// Receive buffer, kept between calls (a compaction receives one message per container).
+    buf: Vec<u8>,
 }
 
 /// The pair PID 1 keeps (close-on-exec; PID 1 lets the runtime inherit it).
@@ -187,6 +189,7 @@ impl FdStore {
             send,
             recv,
             generation: 0,
+            buf: Vec::new(),
         }
     }
 
@@ -292,11 +295,12 @@ impl FdStore {
 
     /// The next queued message, None when the queue is empty. A message that does not parse is
     /// dropped with its descriptors (and reported), never handed on.
-    fn recv(&self) -> Result<Option<(Message, Vec<OwnedFd>)>, FdStoreError> {
-        let mut buf = vec![0u8; MAX_HEADER];
+    fn recv(&mut self) -> Result<Option<(Message, Vec<OwnedFd>)>, FdStoreError> {
+        self.buf.resize(MAX_HEADER, 0);
+        let buf = &mut self.buf;
         loop {
             let mut space = nix::cmsg_space!([RawFd; 253]);
-            let mut iov = [IoSliceMut::new(&mut buf)];
+            let mut iov = [IoSliceMut::new(buf.as_mut_slice())];
             let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
             let (n, fds, truncated) =
                 match recvmsg::<()>(self.recv.as_raw_fd(), &mut iov, Some(&mut space), flags) {

@@ -12,9 +12,9 @@
 //! **Restart safety.** Sandboxes, containers and exit codes are written to `<state>/…/state.json`
 //! on every change. A client that restarts lists them again and finds everything that was running
 //! still running. If the runtime process itself restarts, it reloads the records and re-attaches
-//! to live processes through pidfds; their exit codes are then unknown (they were reparented to
-//! PID 1). Their output pipes, stdin pipes and terminals survive: a copy of each is parked in a
-//! socket queue PID 1 keeps open ([`fdstore`]) and taken back at the restart.
+//! to live processes through pidfds; PID 1, their parent from then on, records their exits for
+//! it ([`orphans`]). Their output pipes, stdin pipes and terminals survive: a copy of each is
+//! parked in a socket queue PID 1 keeps open ([`fdstore`]) and taken back at the restart.
 //!
 //! One operation family per file: [`state`] (records, persistence, re-adoption), [`sandbox`],
 //! [`container`], [`exec`], [`images`], [`stats`], [`errors`]; [`serve`] is the loop.
@@ -24,6 +24,7 @@ mod errors;
 mod exec;
 pub mod fdstore;
 mod images;
+pub mod orphans;
 mod sandbox;
 mod serve;
 mod state;
@@ -62,6 +63,8 @@ pub struct Options {
     pub log_max_files: usize,
     /// The node's pod network (the bridge gets its first address).
     pub pod_cidr: Cidr,
+    /// Where PID 1 records the exits of re-adopted processes ([`orphans::PATH`]).
+    pub orphan_exits: PathBuf,
 }
 
 impl Default for Options {
@@ -78,6 +81,7 @@ impl Default for Options {
                 addr: std::net::Ipv4Addr::new(10, 244, 0, 0),
                 prefix: 24,
             },
+            orphan_exits: PathBuf::from(orphans::PATH),
         }
     }
 }

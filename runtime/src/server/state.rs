@@ -119,13 +119,7 @@ pub(super) fn exit_of(status: WaitStatus) -> Option<(i32, Option<i32>)> {
 
 /// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
 pub(super) fn proc_start_time(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
+    super::orphans::start_time(pid)
 }
 
 /// A pidfd for a recorded process, if that process (same pid, same start time) still runs.
