@@ -33,6 +33,9 @@ pub const NODE_MODULES: &[&str] = &[
     "nf_nat",
     "nft_chain_nat",
     "nft_masq",
+    // host ports (runtime::net::nft: fib daddr type local ... dnat)
+    "nft_nat",
+    "nft_fib_ipv4",
 ];
 
 /// The subset (with its closure) loaded before `init: ready`: the machine config (fw_cfg), the

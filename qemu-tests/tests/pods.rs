@@ -399,7 +399,14 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
     );
     served["spec"]["containers"][0]["readinessProbe"] =
         serde_json::json!({"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 1});
+    // Its hostPort: the node forwards port 30080 of its own address to the pod's 8080.
+    served["spec"]["containers"][0]["ports"] =
+        serde_json::json!([{"containerPort": 8080, "hostPort": 30080}]);
     cp.create(&served)?;
+    // A pod on the node's network, to call the host port from the node itself.
+    let mut hostnet = pod("hostnet", node, &image, "sleep 3600", "Always");
+    hostnet["spec"]["hostNetwork"] = serde_json::json!(true);
+    cp.create(&hostnet)?;
     let mut unlive = pod("unlive", node, &image, "sleep 3600", "Always");
     unlive["spec"]["containers"][0]["livenessProbe"] =
         serde_json::json!({"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 2});
@@ -1195,6 +1202,36 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         |s| s == "True",
         POD,
     )?;
+    // The host port, from another pod (through the bridge) and from the node's own network;
+    // another port of the node is not forwarded.
+    let node_ip = cp.kubectl(&["get", "pod", "served", "-o", "jsonpath={.status.hostIP}"])?;
+    ensure!(
+        node_ip
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| !ip.is_loopback()),
+        "served hostIP {node_ip:?}"
+    );
+    cp.wait_for(&["pod", "hostnet"], "{.status.phase}", |p| p == "Running", POD)?;
+    for client in ["probed", "hostnet"] {
+        let got = cp.kubectl(&[
+            "exec",
+            client,
+            "--",
+            "wget",
+            "-qO-",
+            &format!("http://{node_ip}:30080/index.html"),
+        ])?;
+        ensure!(got == "ok\n", "{client} through the host port: {got:?}");
+        let other = cp.kubectl(&[
+            "exec",
+            client,
+            "--",
+            "wget",
+            "-qO-",
+            &format!("http://{node_ip}:30081/index.html"),
+        ]);
+        ensure!(other.is_err(), "{client}: port 30081 answered: {other:?}");
+    }
     restarted(&cp, "unlive")?;
     let unlive_ip = cp.kubectl(&["get", "pod", "unlive", "-o", "jsonpath={.status.podIP}"])?;
     let wants = [

@@ -27,7 +27,9 @@ pub use container::{
 pub use error::{ErrorKind, ReplyError};
 pub use image::{Auth, Image, PullPolicy};
 pub use protocol::{Reply, Request, recv_some, send_line};
-pub use sandbox::{Dns, HostNamespaces, PodResources, QosClass, SandboxConfig, SandboxStatus};
+pub use sandbox::{
+    Dns, HostNamespaces, PodResources, PortMapping, Protocol, QosClass, SandboxConfig, SandboxStatus,
+};
 pub use stats::{ContainerStats, CpuUsage, MemoryUsage, NetworkUsage, PodStats};
 
 /// Where the runtime listens on a node.

@@ -94,6 +94,33 @@ pub struct SandboxConfig {
     /// The directory for the pod's container logs (`/var/log/pods/<ns>_<name>_<uid>`).
     #[serde(default)]
     pub log_directory: Option<PathBuf>,
+    /// The containers' ports with a `hostPort` (CRI's `port_mappings`): the node forwards
+    /// connections to its own addresses (or to `host_ip`) on `host_port` to the pod's address on
+    /// `container_port`. Ignored on the node's network.
+    #[serde(default)]
+    pub port_mappings: Vec<PortMapping>,
+}
+
+/// Transport protocol of a port mapping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+/// One `hostPort` of a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMapping {
+    #[serde(default)]
+    pub protocol: Protocol,
+    pub container_port: u16,
+    pub host_port: u16,
+    /// Only connections to this node address are forwarded (None: any of the node's addresses).
+    #[serde(default)]
+    pub host_ip: Option<std::net::Ipv4Addr>,
 }
 
 /// A sandbox as the runtime reports it.

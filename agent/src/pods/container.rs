@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 use runtime_api::{
-    Client, ClientError, ContainerConfig, Dns, ErrorKind, HostNamespaces, PodResources, PullPolicy, QosClass,
-    Resources, SandboxConfig, SeccompProfile,
+    Client, ClientError, ContainerConfig, Dns, ErrorKind, HostNamespaces, PodResources, PortMapping,
+    Protocol, PullPolicy, QosClass, Resources, SandboxConfig, SeccompProfile,
 };
 
 use super::env::EnvError;
@@ -219,7 +219,61 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, dns: Dns) -> Result<SandboxConfig
         attempt,
         dns,
         resources: pod_resources(pod),
+        port_mappings: port_mappings(pod),
     })
+}
+
+/// The ports with a `hostPort` of the pod's containers and native sidecars, once per protocol,
+/// host IP and host port (CRI's port mappings, as the kubelet makes them; an IPv6 host IP has
+/// nothing to bind on this IPv4 pod network and is left out).
+fn port_mappings(pod: &Pod) -> Vec<PortMapping> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let mut out: Vec<PortMapping> = Vec::new();
+    for p in spec
+        .containers
+        .iter()
+        .chain(sidecars)
+        .flat_map(|c| c.ports.iter().flatten())
+    {
+        let (Some(host_port), Ok(container_port)) = (p.host_port, u16::try_from(p.container_port)) else {
+            continue;
+        };
+        let Ok(host_port) = u16::try_from(host_port) else {
+            continue;
+        };
+        let host_ip = match p.host_ip.as_deref().filter(|ip| !ip.is_empty()) {
+            None => None,
+            Some(ip) => match ip.parse::<std::net::Ipv4Addr>() {
+                Ok(ip) if ip.is_unspecified() => None,
+                Ok(ip) => Some(ip),
+                Err(_) => continue,
+            },
+        };
+        let protocol = match p.protocol.as_deref() {
+            Some("UDP") => Protocol::Udp,
+            Some("SCTP") => Protocol::Sctp,
+            _ => Protocol::Tcp,
+        };
+        let m = PortMapping {
+            protocol,
+            container_port,
+            host_port,
+            host_ip,
+        };
+        let same =
+            |o: &PortMapping| (o.protocol, o.host_ip, o.host_port) == (m.protocol, m.host_ip, m.host_port);
+        if host_port > 0 && container_port > 0 && !out.iter().any(same) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// The runtime's config for container `c` of `pod`, its `restarts`-th start, with its resolved
@@ -360,6 +414,57 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::Value;
+
+    #[test]
+    fn port_mappings_as_the_kubelet_makes_them() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "initContainers": [
+                    {"name": "sidecar", "restartPolicy": "Always",
+                     "ports": [{"containerPort": 9090, "hostPort": 9090}]},
+                    {"name": "init", "ports": [{"containerPort": 7, "hostPort": 7}]}
+                ],
+                "containers": [
+                    {"name": "web", "ports": [
+                        {"containerPort": 80, "hostPort": 30080},
+                        {"containerPort": 8080},
+                        {"containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "10.0.2.15"},
+                        {"containerPort": 81, "hostPort": 30081, "hostIP": "0.0.0.0", "protocol": "SCTP"},
+                        {"containerPort": 82, "hostPort": 30082, "hostIP": "fd00::1"}
+                    ]},
+                    {"name": "dup", "ports": [
+                        {"containerPort": 90, "hostPort": 30080},
+                        {"containerPort": 90, "hostPort": 30080, "protocol": "UDP"}
+                    ]}
+                ]
+            }
+        }))
+        .expect("pod");
+        let got: Vec<(Protocol, u16, u16, Option<std::net::Ipv4Addr>)> = port_mappings(&pod)
+            .into_iter()
+            .map(|m| (m.protocol, m.host_port, m.container_port, m.host_ip))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Protocol::Tcp, 30080, 80, None),
+                (
+                    Protocol::Udp,
+                    5353,
+                    53,
+                    Some(std::net::Ipv4Addr::new(10, 0, 2, 15))
+                ),
+                (Protocol::Sctp, 30081, 81, None),
+                (Protocol::Udp, 30080, 90, None),
+                (Protocol::Tcp, 9090, 9090, None),
+            ],
+            "no hostPort, IPv6 host IPs, repeats and plain init containers left out"
+        );
+        let plain: Pod = serde_json::from_value(serde_json::json!({"spec": {"containers": [{"name": "c"}]}}))
+            .expect("pod");
+        assert!(port_mappings(&plain).is_empty());
+    }
 
     /// A runtime that answers each request line with the next canned reply.
     fn fake_runtime(replies: Vec<&'static str>) -> Client {

@@ -329,6 +329,81 @@ fn pod_network(s: &mut Suite) -> R {
     s.remove_pod(&b)
 }
 
+/// Port mappings (hostPort): a connection to the node's own address on the host port reaches the
+/// pod's port (nftables DNAT in the output chain, from this process on the node), other ports
+/// do not, the rule goes with the sandbox, and a mapping without a port is refused.
+fn host_ports(s: &mut Suite) -> R {
+    let mapping = |host_port, container_port| runtime_api::PortMapping {
+        protocol: runtime_api::Protocol::Tcp,
+        container_port,
+        host_port,
+        host_ip: None,
+    };
+    let config = |name: &str, uid: &str, ports| SandboxConfig {
+        name: name.into(),
+        namespace: "default".into(),
+        uid: uid.into(),
+        port_mappings: ports,
+        ..Default::default()
+    };
+    let bad = s.client.run_sandbox(config(
+        "hp-bad",
+        "00000000-0000-4000-8000-0000000000f1",
+        vec![mapping(0, 80)],
+    ));
+    ensure(
+        matches!(&bad, Err(ClientError::Invalid(m)) if m.contains("invalid port mapping 0->80")),
+        || format!("a mapping without a host port: {bad:?}"),
+    )?;
+    let sb = s
+        .client
+        .run_sandbox(config(
+            "hp",
+            "00000000-0000-4000-8000-0000000000f2",
+            vec![mapping(30080, 8080)],
+        ))
+        .map_err(e("run sandbox"))?;
+    s.container(
+        &sb,
+        "web",
+        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        Resources::default(),
+    )?;
+    // The bridge's address is one of the node's own.
+    let get = |port: u16| -> Result<String, std::io::Error> {
+        let mut c = std::net::TcpStream::connect(("10.244.0.1", port))?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        std::io::Write::write_all(&mut c, b"GET /index.html HTTP/1.0\r\n\r\n")?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut c, &mut out)?;
+        Ok(out)
+    };
+    let t0 = Instant::now();
+    let reply = loop {
+        match get(30080) {
+            Ok(r) => break r,
+            Err(err) if t0.elapsed() > Duration::from_secs(20) => {
+                return Err(format!("through host port 30080: {err}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    ensure(
+        reply.starts_with("HTTP/1.") && reply.ends_with("\r\n\r\nok\n"),
+        || format!("through host port 30080: {reply:?}"),
+    )?;
+    let refused = |port| {
+        get(port)
+            .err()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    };
+    ensure(refused(30081), || "port 30081 forwarded".into())?;
+    s.remove_pod(&sb)?;
+    ensure(refused(30080), || {
+        "port 30080 still forwarded after the removal".into()
+    })
+}
+
 fn share_process_namespace(s: &mut Suite) -> R {
     let sb = s.sandbox("shared-pid", PodResources::default(), true)?;
     let c = s.container(
@@ -1834,6 +1909,7 @@ fn main() {
         ("hostile_images", hostile_images),
         ("namespaces", namespaces),
         ("pod_network", pod_network),
+        ("host_ports", host_ports),
         ("host_namespaces", host_namespaces),
         ("share_process_namespace", share_process_namespace),
         ("cgroup_values", cgroup_values),

@@ -14,6 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use nix::sched::{CloneFlags, setns};
 
 pub mod netlink;
+pub mod nft;
 
 pub use netlink::{Interface, Netlink, NetlinkError};
 

@@ -32,6 +32,8 @@ pub enum RuntimeError {
     Image(#[from] StoreError),
     #[error("{what}: {source}")]
     Network { what: String, source: NetlinkError },
+    #[error("host ports: {0}")]
+    HostPorts(#[from] crate::net::nft::NftError),
     /// Nothing listens where a port forward dialed (containerd's text).
     #[error("failed to connect to localhost:{port} inside namespace \"{sandbox}\", {source} ")]
     Dial {
@@ -54,7 +56,8 @@ impl RuntimeError {
             RuntimeError::Io { .. }
             | RuntimeError::Container { .. }
             | RuntimeError::Cgroup(_)
-            | RuntimeError::Network { .. } => ErrorKind::Internal,
+            | RuntimeError::Network { .. }
+            | RuntimeError::HostPorts(_) => ErrorKind::Internal,
         }
     }
 

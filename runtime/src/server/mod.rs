@@ -111,6 +111,8 @@ pub struct Runtime {
     pub(crate) reply_fds: Vec<OwnedFd>,
     /// The pod bridge's interface index, once created.
     bridge: Option<u32>,
+    /// The host ports the kernel forwards, as last synced (None: not known to this process).
+    host_ports: Option<Vec<crate::net::nft::HostPort>>,
     /// Whether the pause root holds the node binary (prepared at the first sandbox).
     pause_ready: bool,
     /// Whether children the runtime does not track may be left to reap (see
@@ -186,12 +188,19 @@ impl Runtime {
             reply_fds: Vec::new(),
             strays: false,
             bridge: None,
+            host_ports: None,
             pause_ready: false,
             fd_store,
             fd_store_stale: false,
         };
         rt.reload();
         rt.update_burstable()?;
+        // Re-stated: the rules outlive the process, but the records are what counts.
+        if !rt.wanted_host_ports().is_empty()
+            && let Err(e) = rt.sync_host_ports()
+        {
+            tracing::warn!(error = %e, "host ports not forwarded");
+        }
         Ok(rt)
     }
 

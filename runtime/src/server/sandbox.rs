@@ -62,6 +62,11 @@ impl Runtime {
                 );
                 self.persist_sandbox(&id);
                 self.update_burstable()?;
+                // As CNI's portmap plugin fails the sandbox when its rules cannot be added.
+                if let Err(e) = self.sync_host_ports() {
+                    let _ = self.remove_sandbox(&id);
+                    return Err(e);
+                }
                 tracing::info!(sandbox = %id, pod = %status.name, pid, qos = ?qos, "sandbox running");
                 Ok(status)
             }
@@ -290,7 +295,53 @@ impl Runtime {
             sb.pidfd = None;
         }
         self.persist_sandbox(id);
+        self.sync_host_ports_logged();
         Ok(())
+    }
+
+    /// The host ports of the ready sandboxes with their own network.
+    pub(super) fn wanted_host_ports(&self) -> Vec<net::nft::HostPort> {
+        let mut ports: Vec<net::nft::HostPort> = self
+            .sandboxes
+            .values()
+            .filter(|s| s.rec.status.ready && !s.rec.config.host.network)
+            .filter_map(|s| Some((s, s.rec.status.ip.as_deref()?.parse().ok()?)))
+            .flat_map(|(s, pod_ip)| {
+                s.rec
+                    .config
+                    .port_mappings
+                    .iter()
+                    .map(move |m| net::nft::HostPort {
+                        mapping: m.clone(),
+                        pod_ip,
+                    })
+            })
+            .collect();
+        ports.sort();
+        ports
+    }
+
+    /// Brings the kernel's host-port rules in line with the sandboxes (one nftables transaction,
+    /// only when they changed; nothing on a node that never had any).
+    pub(super) fn sync_host_ports(&mut self) -> Result<(), RuntimeError> {
+        let wanted = self.wanted_host_ports();
+        let unchanged = match &self.host_ports {
+            Some(applied) => *applied == wanted,
+            None => wanted.is_empty(),
+        };
+        if unchanged {
+            return Ok(());
+        }
+        net::nft::sync(&wanted)?;
+        tracing::info!(ports = wanted.len(), "host ports forwarded");
+        self.host_ports = Some(wanted);
+        Ok(())
+    }
+
+    fn sync_host_ports_logged(&mut self) {
+        if let Err(e) = self.sync_host_ports() {
+            tracing::warn!(error = %e, "host port rules not updated");
+        }
     }
 
     pub(super) fn remove_sandbox(&mut self, id: &str) -> Result<(), RuntimeError> {
@@ -319,6 +370,7 @@ impl Runtime {
         sb.rec.status.ready = false;
         tracing::warn!(sandbox = %id, "pause process exited; sandbox lost");
         self.persist_sandbox(id);
+        self.sync_host_ports_logged();
     }
 }
 
@@ -420,6 +472,16 @@ pub(super) fn validate_sandbox(c: &SandboxConfig) -> Result<(), RuntimeError> {
     }
     if c.host_entries.iter().any(|l| l.contains(['\n', '\0'])) {
         return bad("a hosts entry holds a line break".into());
+    }
+    if let Some(m) = c
+        .port_mappings
+        .iter()
+        .find(|m| m.host_port == 0 || m.container_port == 0)
+    {
+        return bad(format!(
+            "invalid port mapping {}->{}: ports are 1-65535",
+            m.host_port, m.container_port
+        ));
     }
     if c.log_directory
         .as_ref()
