@@ -1202,8 +1202,8 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         |s| s == "True",
         POD,
     )?;
-    // The host port, from another pod (through the bridge) and from the node's own network;
-    // another port of the node is not forwarded.
+    // The host port, from another pod (through the bridge), from the node's own network and
+    // from the pod itself (hairpin); another port of the node is not forwarded.
     let node_ip = cp.kubectl(&["get", "pod", "served", "-o", "jsonpath={.status.hostIP}"])?;
     ensure!(
         node_ip
@@ -1212,7 +1212,7 @@ fn pods_run_restart_fail_and_delete_on_a_node() -> Result<()> {
         "served hostIP {node_ip:?}"
     );
     cp.wait_for(&["pod", "hostnet"], "{.status.phase}", |p| p == "Running", POD)?;
-    for client in ["probed", "hostnet"] {
+    for client in ["probed", "hostnet", "served"] {
         let got = cp.kubectl(&[
             "exec",
             client,
@@ -1727,6 +1727,60 @@ fn pods_take_input_terminals_debug_containers_and_drain_readiness() -> Result<()
     Ok(())
 }
 
+/// How many pods have the Ready condition True.
+fn ready_pods(cp: &ControlPlane) -> Result<usize> {
+    let out = cp.kubectl(&[
+        "get",
+        "pods",
+        "-o",
+        "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+    ])?;
+    Ok(out.lines().filter(|l| *l == "True").count())
+}
+
+/// Waits until `n` pods are Ready (`when` names the moment in the error).
+fn wait_pods_ready(cp: &ControlPlane, n: usize, limit: Duration, when: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    while ready_pods(cp)? < n {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} pods Ready {when}",
+            ready_pods(cp)?
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    Ok(())
+}
+
+/// Every pod's containers (init containers too): id, start (or finish) time and restart count.
+fn container_states(cp: &ControlPlane) -> Result<String> {
+    cp.kubectl(&[
+        "get",
+        "pods",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}{range .status.initContainerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}{.state.terminated.finishedAt}#{.restartCount}{end}{range .status.containerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}#{.restartCount}{end}{\"\\n\"}{end}",
+    ])
+}
+
+/// The process behind a container: its start time in clock ticks since boot (/proc/1/stat).
+/// Exec goes through the agent and the runtime, which may be restarting: a few tries.
+fn container_process(cp: &ControlPlane, pod: &str, container: Option<&str>) -> Result<String> {
+    let mut args = vec!["exec", pod];
+    if let Some(c) = container {
+        args.extend(["-c", c]);
+    }
+    args.extend(["--", "cat", "/proc/1/stat"]);
+    let mut tries = 0;
+    loop {
+        match cp.kubectl(&args) {
+            Ok(stat) => return Ok(stat.split_whitespace().nth(21).unwrap_or_default().to_string()),
+            Err(e) if tries >= 10 => return Err(e),
+            Err(_) => tries += 1,
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    }
+}
+
 /// Restart safety (issue: agent, item 7): the agent is killed with SIGKILL 10 times while 30 pods
 /// run (PID 1's `debug.killAgent`); every container keeps its id, start time, process and
 /// restart count, and every pod stays Ready. One pod has an init container and a native sidecar,
@@ -1752,48 +1806,10 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
         {"name": "proxy", "image": image, "command": ["sh", "-c", "sleep 3600"], "restartPolicy": "Always"},
     ]);
     cp.create(&staged)?;
-    let ready = |cp: &ControlPlane| -> Result<usize> {
-        let out = cp.kubectl(&[
-            "get",
-            "pods",
-            "-o",
-            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
-        ])?;
-        Ok(out.lines().filter(|l| *l == "True").count())
-    };
     // Generous: in CI this VM shares two cores with another node VM, and an API read that
     // times out there (60 s) delays a pod's volume set-up by a back-off round.
-    let deadline = std::time::Instant::now() + POD * 4;
-    while ready(&cp)? < PODS {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "only {} of {PODS} pods Ready",
-            ready(&cp)?
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    let states = |cp: &ControlPlane| -> Result<String> {
-        cp.kubectl(&[
-            "get",
-            "pods",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}{range .status.initContainerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}{.state.terminated.finishedAt}#{.restartCount}{end}{range .status.containerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}#{.restartCount}{end}{\"\\n\"}{end}",
-        ])
-    };
-    // The process behind a container: its start time in clock ticks since boot (/proc/1/stat).
-    // Exec goes through the agent, which may be restarting: a few tries.
-    let process = |cp: &ControlPlane, pod: &str, container: &str| -> Result<String> {
-        let mut tries = 0;
-        loop {
-            match cp.kubectl(&["exec", pod, "-c", container, "--", "cat", "/proc/1/stat"]) {
-                Ok(stat) => return Ok(stat.split_whitespace().nth(21).unwrap_or_default().to_string()),
-                Err(e) if tries >= 10 => return Err(e),
-                Err(_) => tries += 1,
-            }
-            std::thread::sleep(Duration::from_secs(3));
-        }
-    };
-    let before = states(&cp)?;
+    wait_pods_ready(&cp, PODS, POD * 4, "before the kills")?;
+    let before = container_states(&cp)?;
     let sample = [
         ("p0", "main"),
         ("p17", "main"),
@@ -1802,7 +1818,7 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
     ];
     let processes_before: Vec<String> = sample
         .iter()
-        .map(|(p, c)| process(&cp, p, c))
+        .map(|(p, c)| container_process(&cp, p, Some(c)))
         .collect::<Result<_>>()?;
     let killed_before = vm.console().matches("killing the service").count();
     ensure!(
@@ -1825,16 +1841,8 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
         std::thread::sleep(Duration::from_secs(2));
     }
     std::thread::sleep(Duration::from_secs(5));
-    let deadline = std::time::Instant::now() + POD;
-    while ready(&cp)? < PODS {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "only {} of {PODS} pods Ready after the kills",
-            ready(&cp)?
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    let after = states(&cp)?;
+    wait_pods_ready(&cp, PODS, POD, "after the kills")?;
+    let after = container_states(&cp)?;
     ensure!(
         before == after,
         "containers changed across agent restarts:\nbefore:\n{before}\nafter:\n{after}"
@@ -1845,7 +1853,7 @@ fn agent_restarts_leave_running_pods_alone() -> Result<()> {
     );
     let processes_after: Vec<String> = sample
         .iter()
-        .map(|(p, c)| process(&cp, p, c))
+        .map(|(p, c)| container_process(&cp, p, Some(c)))
         .collect::<Result<_>>()?;
     ensure!(
         processes_before == processes_after,
@@ -1885,51 +1893,12 @@ fn runtime_restarts_leave_running_pods_and_their_output_alone() -> Result<()> {
     }
     let script = "i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done";
     cp.create(&pod("ticker", node, &image, script, "Always"))?;
-    let ready = |cp: &ControlPlane| -> Result<usize> {
-        let out = cp.kubectl(&[
-            "get",
-            "pods",
-            "-o",
-            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
-        ])?;
-        Ok(out.lines().filter(|l| *l == "True").count())
-    };
-    let wait_ready = |cp: &ControlPlane, when: &str| -> Result<()> {
-        let deadline = std::time::Instant::now() + POD * 2;
-        while ready(cp)? < PODS {
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "only {} of {PODS} pods Ready {when}",
-                ready(cp)?
-            );
-            std::thread::sleep(Duration::from_secs(2));
-        }
-        Ok(())
-    };
-    wait_ready(&cp, "before the kills")?;
-    let states = |cp: &ControlPlane| -> Result<String> {
-        cp.kubectl(&[
-            "get",
-            "pods",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}{range .status.containerStatuses[*]} {.name}={.containerID}@{.state.running.startedAt}#{.restartCount}{end}{\"\\n\"}{end}",
-        ])
-    };
-    // The process behind a container: its start time in clock ticks since boot (/proc/1/stat).
-    // Exec goes through the runtime, which may be restarting: a few tries.
-    let process = |cp: &ControlPlane, pod: &str| -> Result<String> {
-        let mut tries = 0;
-        loop {
-            match cp.kubectl(&["exec", pod, "--", "cat", "/proc/1/stat"]) {
-                Ok(stat) => return Ok(stat.split_whitespace().nth(21).unwrap_or_default().to_string()),
-                Err(e) if tries >= 10 => return Err(e),
-                Err(_) => tries += 1,
-            }
-            std::thread::sleep(Duration::from_secs(3));
-        }
-    };
-    let before = states(&cp)?;
-    let processes_before = [process(&cp, "p0")?, process(&cp, "ticker")?];
+    wait_pods_ready(&cp, PODS, POD * 2, "before the kills")?;
+    let before = container_states(&cp)?;
+    let processes_before = [
+        container_process(&cp, "p0", None)?,
+        container_process(&cp, "ticker", None)?,
+    ];
     let killed_before = vm.console().matches("killing the service").count();
     ensure!(
         killed_before + 3 <= KILLS,
@@ -1959,8 +1928,8 @@ fn runtime_restarts_leave_running_pods_and_their_output_alone() -> Result<()> {
         lines == want,
         "lines lost or changed across runtime restarts: {lines:?}"
     );
-    wait_ready(&cp, "after the kills")?;
-    let after = states(&cp)?;
+    wait_pods_ready(&cp, PODS, POD * 2, "after the kills")?;
+    let after = container_states(&cp)?;
     ensure!(
         before == after,
         "containers changed across runtime restarts:\nbefore:\n{before}\nafter:\n{after}"
@@ -1969,7 +1938,10 @@ fn runtime_restarts_leave_running_pods_and_their_output_alone() -> Result<()> {
         !before.contains("#1"),
         "a container restarted before the kills: {before}"
     );
-    let processes_after = [process(&cp, "p0")?, process(&cp, "ticker")?];
+    let processes_after = [
+        container_process(&cp, "p0", None)?,
+        container_process(&cp, "ticker", None)?,
+    ];
     ensure!(
         processes_before == processes_after,
         "processes changed: {processes_before:?} -> {processes_after:?}"

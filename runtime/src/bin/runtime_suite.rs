@@ -330,8 +330,9 @@ fn pod_network(s: &mut Suite) -> R {
 }
 
 /// Port mappings (hostPort): a connection to the node's own address on the host port reaches the
-/// pod's port (nftables DNAT in the output chain, from this process on the node), other ports
-/// do not, the rule goes with the sandbox, and a mapping without a port is refused.
+/// pod's port from the node (nftables' output chain), from another pod (prerouting) and from the
+/// pod itself (hairpin, masqueraded); other ports do not, the rule goes with the sandbox, and a
+/// mapping without a port is refused.
 fn host_ports(s: &mut Suite) -> R {
     let mapping = |host_port, container_port| runtime_api::PortMapping {
         protocol: runtime_api::Protocol::Tcp,
@@ -344,6 +345,7 @@ fn host_ports(s: &mut Suite) -> R {
         namespace: "default".into(),
         uid: uid.into(),
         port_mappings: ports,
+        log_directory: Some(PathBuf::from(format!("{LOGS}/default_{name}_{uid}"))),
         ..Default::default()
     };
     let bad = s.client.run_sandbox(config(
@@ -392,6 +394,20 @@ fn host_ports(s: &mut Suite) -> R {
         reply.starts_with("HTTP/1.") && reply.ends_with("\r\n\r\nok\n"),
         || format!("through host port 30080: {reply:?}"),
     )?;
+    // From a container of the pod itself (hairpin, masqueraded) and from another pod.
+    let client = s.sandbox("hp-client", PodResources::default(), false)?;
+    // `; exit $?` keeps sh from exec-ing timeout: as PID 1 of the container, wget (busybox's
+    // timeout execs the command and kills it from a child) would ignore the SIGTERM.
+    let call = "timeout 10 wget -qO- http://10.244.0.1:30080/index.html; exit $?";
+    for (pod, name) in [(&sb, "self"), (&client, "other")] {
+        let c = s.container(pod, name, call, Resources::default())?;
+        let st = s.wait_exit(&c.id, Duration::from_secs(30))?;
+        let log = log_text(st.log_path.as_deref().ok_or("log")?)?;
+        ensure(st.exit_code == Some(0) && log == "ok\n", || {
+            format!("{name} through host port 30080: {:?} {log:?}", st.exit_code)
+        })?;
+    }
+    s.remove_pod(&client)?;
     let refused = |port| {
         get(port)
             .err()

@@ -89,6 +89,14 @@ pub fn attach(
     let idx = host.index(&veth)?;
     let wired = (|| {
         host.set_controller(idx, bridge)?;
+        // Hairpin: a pod's connection to its own host port is DNATed back to it while still
+        // being bridged (br_netfilter), so the frame leaves through the port it came in by
+        // (the kubelet's default `hairpin-veth` mode does the same).
+        let hairpin = format!("/sys/class/net/{veth}/brport/hairpin_mode");
+        std::fs::write(&hairpin, "1").map_err(|source| NetlinkError::Io {
+            op: "setting the veth's hairpin mode",
+            source,
+        })?;
         // Pods are IPv4 only: link-local IPv6 on both ends of every veth only costs the node
         // the kernel's address configuration work as each comes up (measured under TCG: 6-33
         // ms of kernel worker CPU per pod, in two bursts of 30 pods; a pod's start takes ~240).

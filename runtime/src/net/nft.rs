@@ -2,15 +2,19 @@
 //! on a host port to a pod's address and container port, as CNI's portmap plugin does for
 //! containerd (the kubelet leaves host ports to the runtime).
 //!
-//! One table, `ip nodeos-hostports`, holds everything, with two NAT chains at the `dstnat`
-//! priority: `prerouting` (connections arriving from the network and from pods) and `output`
-//! (connections the node itself opens; loopback destinations are left alone, a DNAT from
-//! `127.0.0.1` to a pod address would be dropped as a martian). Each mapping is one rule per
-//! chain:
+//! One table, `ip nodeos-hostports`, holds everything, with three NAT chains: `prerouting`
+//! (connections arriving from the network and from pods) and `output` (connections the node
+//! itself opens; loopback destinations are left alone, a DNAT from `127.0.0.1` to a pod address
+//! would be dropped as a martian) at the `dstnat` priority, and `postrouting` at `srcnat`, which
+//! masquerades a pod's connection to its own host port (hairpin: with its own address on both
+//! ends the pod would answer itself directly, and the reply would miss the reverse
+//! translation; the pod's veth is in hairpin mode for it, see `net::attach`). Each mapping is
+//! one rule per chain:
 //!
 //! ```text
 //! fib daddr type local tcp dport 30080 dnat to 10.244.0.5:80                          (prerouting)
 //! ip daddr != 127.0.0.0/8 fib daddr type local tcp dport 30080 dnat to 10.244.0.5:80  (output)
+//! ip saddr 10.244.0.5 ip daddr 10.244.0.5 tcp dport 80 masquerade                    (postrouting)
 //! ```
 //!
 //! (`ip daddr <hostIP>` instead of `fib daddr type local` when the mapping names a host IP.)
@@ -20,7 +24,7 @@
 //!
 //! Written here, not through a crate: the only pure-Rust nftables crate (`rustables`) is
 //! GPL-3.0, and the other ones wrap libnftnl (C) or run the `nft` binary, which the node does
-//! not have. The messages are the few libnftnl builds for the rule above (checked against
+//! not have. The messages are the few libnftnl builds for the rules above (checked against
 //! `nft --debug=netlink` and, in the tests, against `nft list` of what the kernel took).
 
 use std::io;
@@ -80,7 +84,9 @@ const NFTA_HOOK_HOOKNUM: u16 = 1;
 const NFTA_HOOK_PRIORITY: u16 = 2;
 const NF_INET_PRE_ROUTING: u32 = 0;
 const NF_INET_LOCAL_OUT: u32 = 3;
+const NF_INET_POST_ROUTING: u32 = 4;
 const NF_IP_PRI_NAT_DST: i32 = -100;
+const NF_IP_PRI_NAT_SRC: i32 = 100;
 const NF_ACCEPT: u32 = 1;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
@@ -201,13 +207,18 @@ fn batch(ports: &[HostPort], first_seq: u32) -> Batch {
     b.request(NFT_MSG_DELTABLE, 0, |b| b.str(NFTA_TABLE_NAME, TABLE));
     if !ports.is_empty() {
         b.request(NFT_MSG_NEWTABLE, NLM_F_CREATE, |b| b.str(NFTA_TABLE_NAME, TABLE));
-        for (chain, hook) in [("prerouting", NF_INET_PRE_ROUTING), ("output", NF_INET_LOCAL_OUT)] {
+        let chains = [
+            ("prerouting", NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST),
+            ("output", NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST),
+            ("postrouting", NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC),
+        ];
+        for (chain, hook, priority) in chains {
             b.request(NFT_MSG_NEWCHAIN, NLM_F_CREATE, |b| {
                 b.str(NFTA_CHAIN_TABLE, TABLE);
                 b.str(NFTA_CHAIN_NAME, chain);
                 b.nest(NFTA_CHAIN_HOOK, |b| {
                     b.u32(NFTA_HOOK_HOOKNUM, hook);
-                    b.u32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_DST as u32);
+                    b.u32(NFTA_HOOK_PRIORITY, priority as u32);
                 });
                 b.u32(NFTA_CHAIN_POLICY, NF_ACCEPT);
                 b.str(NFTA_CHAIN_TYPE, "nat");
@@ -216,8 +227,9 @@ fn batch(ports: &[HostPort], first_seq: u32) -> Batch {
                 b.request(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, |b| {
                     b.str(NFTA_RULE_TABLE, TABLE);
                     b.str(NFTA_RULE_CHAIN, chain);
-                    b.nest(NFTA_RULE_EXPRESSIONS, |b| {
-                        dnat_rule(b, port, hook == NF_INET_LOCAL_OUT)
+                    b.nest(NFTA_RULE_EXPRESSIONS, |b| match hook {
+                        NF_INET_POST_ROUTING => hairpin_rule(b, port),
+                        _ => dnat_rule(b, port, hook == NF_INET_LOCAL_OUT),
                     });
                 });
             }
@@ -250,13 +262,7 @@ fn dnat_rule(b: &mut Batch, port: &HostPort, local_out: bool) {
             b.cmp(NFT_CMP_EQ, &RTN_LOCAL.to_ne_bytes());
         }
     }
-    b.expr("meta", |b| {
-        b.u32(NFTA_META_KEY, NFT_META_L4PROTO);
-        b.u32(NFTA_META_DREG, NFT_REG_1);
-    });
-    b.cmp(NFT_CMP_EQ, &[ip_protocol(m.protocol)]);
-    b.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
-    b.cmp(NFT_CMP_EQ, &m.host_port.to_be_bytes());
+    b.l4_port(m.protocol, m.host_port);
     b.immediate(NFT_REG_1, &port.pod_ip.octets());
     b.immediate(NFT_REG_2, &m.container_port.to_be_bytes());
     b.expr("nat", |b| {
@@ -267,6 +273,18 @@ fn dnat_rule(b: &mut Batch, port: &HostPort, local_out: bool) {
         b.u32(NFTA_NAT_REG_PROTO_MIN, NFT_REG_2);
         b.u32(NFTA_NAT_REG_PROTO_MAX, NFT_REG_2);
     });
+}
+
+/// The expressions of one mapping's hairpin rule (see the module doc): the pod's own connection
+/// comes from the node's bridge address.
+fn hairpin_rule(b: &mut Batch, port: &HostPort) {
+    let ip = port.pod_ip.octets();
+    b.payload(NFT_PAYLOAD_NETWORK_HEADER, 12, 4);
+    b.cmp(NFT_CMP_EQ, &ip);
+    b.payload(NFT_PAYLOAD_NETWORK_HEADER, 16, 4);
+    b.cmp(NFT_CMP_EQ, &ip);
+    b.l4_port(port.mapping.protocol, port.mapping.container_port);
+    b.expr("masq", |_| {});
 }
 
 fn ip_protocol(p: Protocol) -> u8 {
@@ -356,6 +374,17 @@ impl Batch {
         });
     }
 
+    /// `<protocol> dport <port>` (`meta l4proto`, then the transport header's bytes 2-3).
+    fn l4_port(&mut self, protocol: Protocol, port: u16) {
+        self.expr("meta", |b| {
+            b.u32(NFTA_META_KEY, NFT_META_L4PROTO);
+            b.u32(NFTA_META_DREG, NFT_REG_1);
+        });
+        self.cmp(NFT_CMP_EQ, &[ip_protocol(protocol)]);
+        self.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        self.cmp(NFT_CMP_EQ, &port.to_be_bytes());
+    }
+
     fn cmp(&mut self, op: u32, value: &[u8]) {
         self.expr("cmp", |b| {
             b.u32(NFTA_CMP_SREG, NFT_REG_1);
@@ -425,7 +454,7 @@ mod tests {
     }
 
     #[test]
-    fn each_port_is_a_rule_in_both_chains() {
+    fn each_port_is_a_rule_in_every_chain() {
         let ports = [
             port(Protocol::Tcp, 30080, 80, None),
             port(Protocol::Udp, 5353, 53, Some(Ipv4Addr::new(10, 0, 2, 15))),
@@ -434,7 +463,7 @@ mod tests {
         let m = messages(&b);
         let nft = |m: u16| (NFNL_SUBSYS_NFTABLES << 8) | m;
         let count = |t: u16| m.iter().filter(|x| x.0 == nft(t)).count();
-        assert_eq!((count(NFT_MSG_NEWCHAIN), count(NFT_MSG_NEWRULE)), (2, 4));
+        assert_eq!((count(NFT_MSG_NEWCHAIN), count(NFT_MSG_NEWRULE)), (3, 6));
         assert_eq!(
             b.acked,
             m.len() - 2,
@@ -527,19 +556,27 @@ mod tests {
 \t\tip daddr != 127.0.0.0/8 ip daddr 10.0.2.15 udp dport 5353 dnat to 10.244.0.5:53
 \t\tip daddr != 127.0.0.0/8 fib daddr type local sctp dport 9000 dnat to 10.244.0.5:9000
 \t}
+
+\tchain postrouting {
+\t\ttype nat hook postrouting priority srcnat; policy accept;
+\t\tip saddr 10.244.0.5 ip daddr 10.244.0.5 tcp dport 80 masquerade
+\t\tip saddr 10.244.0.5 ip daddr 10.244.0.5 udp dport 53 masquerade
+\t\tip saddr 10.244.0.5 ip daddr 10.244.0.5 sctp dport 9000 masquerade
+\t}
 }
 ";
         assert_eq!(all, expected);
         let dnat = one
             .lines()
-            .filter(|l| l.contains("dnat"))
+            .filter(|l| l.contains("dnat") || l.contains("masquerade"))
             .map(str::trim)
             .collect::<Vec<_>>();
         assert_eq!(
             dnat,
             [
                 "fib daddr type local tcp dport 30080 dnat to 10.244.0.5:80",
-                "ip daddr != 127.0.0.0/8 fib daddr type local tcp dport 30080 dnat to 10.244.0.5:80"
+                "ip daddr != 127.0.0.0/8 fib daddr type local tcp dport 30080 dnat to 10.244.0.5:80",
+                "ip saddr 10.244.0.5 ip daddr 10.244.0.5 tcp dport 80 masquerade"
             ],
             "{one}"
         );
