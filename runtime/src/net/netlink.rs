@@ -1,5 +1,5 @@
-//! rtnetlink requests over `netlink-packet-route`: links (bridge, veth, up, controller, delete),
-//! IPv4 addresses and default routes. Synchronous on purpose: each request is sent with
+//! rtnetlink requests over `netlink-packet-route`: links (bridge, veth, up, controller, hairpin,
+//! delete), IPv4 addresses and default routes. Synchronous on purpose: each request is sent with
 //! `NLM_F_ACK` and its acknowledgement read before returning, on a socket of the network namespace
 //! it was opened in. Used by the runtime's pod network and by init's interface setup.
 
@@ -11,8 +11,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
-    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags,
-    LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoBridgePort, InfoData, InfoKind, InfoPortData,
+    InfoPortKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -289,6 +289,22 @@ impl Netlink {
         self.request(
             "attaching the veth to the bridge",
             RouteNetlinkMessage::SetLink(m),
+            0,
+        )
+        .map(drop)
+    }
+
+    /// Puts a bridge port in hairpin mode (frames may leave by the port they came in on).
+    pub fn set_hairpin(&mut self, index: u32) -> Result<()> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::PortKind(InfoPortKind::Bridge),
+            LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(true)])),
+        ]));
+        self.request(
+            "setting the veth's hairpin mode",
+            RouteNetlinkMessage::NewLink(m),
             0,
         )
         .map(drop)
