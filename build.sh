@@ -30,11 +30,11 @@ deb_arch() { case "$1" in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) die "u
 # ---------------------------------------------------------------------------------------------
 APT_PKGS=(qemu-system-x86 qemu-system-arm ovmf qemu-efi-aarch64 systemd-boot-efi mtools dosfstools make
           gdisk qemu-utils gcc-aarch64-linux-gnu libc6-dev-arm64-cross musl-tools xz-utils
-          busybox-static etcd-server docker-registry skopeo nftables)
+          busybox-static etcd-server docker-registry skopeo nftables iproute2)
 
 setup_needed() {
   local p
-  for p in qemu-system-x86_64 qemu-system-aarch64 qemu-img aarch64-linux-gnu-gcc musl-gcc make nft; do
+  for p in qemu-system-x86_64 qemu-system-aarch64 qemu-img aarch64-linux-gnu-gcc musl-gcc make nft ip; do
     command -v "$p" >/dev/null || return 0
   done
   [ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] && [ -f /usr/share/AAVMF/AAVMF_CODE.fd ] || return 0
