@@ -346,11 +346,7 @@ impl Supervisor {
             tracing::debug!(pid = pid.as_raw(), status = %describe(status), "reaped orphan");
             // A container or pause process a restarted runtime re-adopted: its exit is the
             // runtime's to report (runtime::server::orphans).
-            let exit = match status {
-                WaitStatus::Exited(_, code) => Some((code, None)),
-                WaitStatus::Signaled(_, sig, _) => Some((128 + sig as i32, Some(sig as i32))),
-                _ => None,
-            };
+            let exit = runtime::server::orphans::exit_of(status);
             if let (Some(t), Some((code, signal))) = (started, exit)
                 && let Err(e) = runtime::server::orphans::record(
                     std::path::Path::new(runtime::server::orphans::PATH),

@@ -477,13 +477,13 @@ mod tests {
     /// nftables).
     #[test]
     fn the_kernel_takes_the_rules_and_nft_reads_them_back() {
-        let run = || -> Result<String, String> {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
-            let list = || -> Result<String, String> {
+        type TestResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+        let run = || -> TestResult<[String; 3]> {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+            let list = || -> TestResult<String> {
                 let out = std::process::Command::new("nft")
                     .args(["list", "ruleset"])
-                    .output()
-                    .map_err(|e| format!("nft: {e}"))?;
+                    .output()?;
                 Ok(String::from_utf8_lossy(&out.stdout).into_owned())
             };
             let ports = [
@@ -491,57 +491,52 @@ mod tests {
                 port(Protocol::Udp, 5353, 53, Some(Ipv4Addr::new(10, 0, 2, 15))),
                 port(Protocol::Sctp, 9000, 9000, None),
             ];
-            sync(&ports).map_err(|e| e.to_string())?;
+            sync(&ports)?;
             let first = list()?;
             // The same again replaces, not adds.
-            sync(&ports).map_err(|e| e.to_string())?;
+            sync(&ports)?;
             if list()? != first {
                 return Err("a second sync changed the rules".into());
             }
-            sync(&ports[..1]).map_err(|e| e.to_string())?;
+            sync(&ports[..1])?;
             let one = list()?;
             // Forwarding, for real: a node address and a pod address on this namespace's
             // loopback, a listener on the pod's port; the node's own connection is rewritten.
-            let mut nl = crate::net::Netlink::open().map_err(|e| e.to_string())?;
-            let lo = nl.index("lo").map_err(|e| e.to_string())?;
-            nl.set_up(lo).map_err(|e| e.to_string())?;
+            let mut nl = crate::net::Netlink::open()?;
+            let lo = nl.index("lo")?;
+            nl.set_up(lo)?;
             for ip in [Ipv4Addr::new(10, 0, 2, 15), Ipv4Addr::new(10, 244, 0, 5)] {
-                nl.add_address(lo, ip, 32).map_err(|e| e.to_string())?;
+                nl.add_address(lo, ip, 32)?;
             }
-            let pod = std::net::TcpListener::bind("10.244.0.5:80").map_err(|e| format!("listen: {e}"))?;
+            let pod = std::net::TcpListener::bind("10.244.0.5:80")?;
             let refused = |addr: &str| {
                 std::net::TcpStream::connect(addr)
                     .err()
                     .is_some_and(|e| e.kind() == io::ErrorKind::ConnectionRefused)
             };
-            let mut c =
-                std::net::TcpStream::connect("10.0.2.15:30080").map_err(|e| format!("connect: {e}"))?;
-            let (mut accepted, peer) = pod.accept().map_err(|e| format!("accept: {e}"))?;
-            io::Write::write_all(&mut accepted, b"pong").map_err(|e| e.to_string())?;
+            let mut c = std::net::TcpStream::connect("10.0.2.15:30080")?;
+            let (mut accepted, peer) = pod.accept()?;
+            io::Write::write_all(&mut accepted, b"pong")?;
             let mut got = [0u8; 4];
-            io::Read::read_exact(&mut c, &mut got).map_err(|e| e.to_string())?;
+            io::Read::read_exact(&mut c, &mut got)?;
             if &got != b"pong" || !peer.ip().is_ipv4() {
-                return Err(format!("through the host port: {got:?} from {peer}"));
+                return Err(format!("through the host port: {got:?} from {peer}").into());
             }
             if !refused("127.0.0.1:30080") || !refused("10.0.2.15:30081") {
                 return Err("loopback or another port was forwarded".into());
             }
-            sync(&[]).map_err(|e| e.to_string())?;
+            sync(&[])?;
             let none = list()?;
             if !refused("10.0.2.15:30080") {
                 return Err("still forwarded without rules".into());
             }
-            Ok(format!("{first}---\n{one}---\n{none}"))
+            Ok([first, one, none])
         };
-        let text = std::thread::spawn(run)
+        let [all, one, none] = std::thread::spawn(run)
             .join()
             .expect("thread")
             .expect("nftables in a netns");
-        let [all, one, none]: [&str; 3] = text
-            .split("---\n")
-            .collect::<Vec<_>>()
-            .try_into()
-            .expect("three listings");
+        let (all, one, none) = (all.as_str(), one.as_str(), none.as_str());
         let expected = "table ip nodeos-hostports {
 \tchain prerouting {
 \t\ttype nat hook prerouting priority dstnat; policy accept;

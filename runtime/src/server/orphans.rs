@@ -20,6 +20,16 @@ pub const PATH: &str = "/run/nodeos/orphan-exits";
 const LIMIT: u64 = 64 * 1024;
 const KEEP: usize = 32 * 1024;
 
+/// Exit code and signal of a process that ended.
+pub fn exit_of(status: nix::sys::wait::WaitStatus) -> Option<(i32, Option<i32>)> {
+    use nix::sys::wait::WaitStatus;
+    match status {
+        WaitStatus::Exited(_, code) => Some((code, None)),
+        WaitStatus::Signaled(_, sig, _) => Some((128 + sig as i32, Some(sig as i32))),
+        _ => None,
+    }
+}
+
 /// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); a zombie has it too.
 pub fn start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -7,7 +7,6 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
-use nix::sys::wait::WaitStatus;
 use runtime_api::{ContainerStatus, QosClass, SandboxConfig, SandboxStatus, SeccompProfile, State};
 use serde::{Deserialize, Serialize};
 
@@ -108,19 +107,7 @@ pub(super) fn node_capacity() -> (u64, u64) {
     (cpus * 1000, mem)
 }
 
-/// Exit code and signal of a process that ended.
-pub(super) fn exit_of(status: WaitStatus) -> Option<(i32, Option<i32>)> {
-    match status {
-        WaitStatus::Exited(_, code) => Some((code, None)),
-        WaitStatus::Signaled(_, sig, _) => Some((128 + sig as i32, Some(sig as i32))),
-        _ => None,
-    }
-}
-
-/// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
-pub(super) fn proc_start_time(pid: i32) -> Option<u64> {
-    super::orphans::start_time(pid)
-}
+pub(super) use super::orphans::{exit_of, start_time as proc_start_time};
 
 /// A pidfd for a recorded process, if that process (same pid, same start time) still runs.
 pub(super) fn reattach(pid: i32, start_time: Option<u64>) -> Option<OwnedFd> {
