@@ -666,7 +666,7 @@ impl Scheduler {
             tx.clone(),
         );
         tokio::spawn(async move {
-            let Ok(_permit) = binds.acquire_owned().await else {
+            let Ok(permit) = binds.acquire_owned().await else {
                 return;
             };
             let pods: kube::Api<Pod> = kube::Api::namespaced(client, &info.namespace);
@@ -687,6 +687,8 @@ impl Scheduler {
                     .map(drop),
                 Err(e) => Err(kube::Error::SerdeError(e)),
             };
+            // The event waits for the recorder's turn, not holding a binding's place.
+            drop(permit);
             if result.is_ok() {
                 let msg = format!("Successfully assigned {}/{} to {node}", info.namespace, info.name);
                 let _ = tx
