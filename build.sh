@@ -326,6 +326,9 @@ cmd_bench() {
     pods)
       mkdir -p "$OUT_DIR/bench"
       cmd_image --arch x86_64
+      # The node's pods go through the release control plane, as a user's would.
+      step "build: control plane (release)" cargo build --locked --release -p controlplane --features testing \
+        || die "building the control plane failed"
       NODEOS_OUT="$OUT_DIR" "$(host_bin nodeos-vm)" bench-pods --runs "${BENCH_RUNS:-5}" --json "$OUT_DIR/bench/pods.json" \
         || die "the pods benchmark failed"
       say "bench pods -> $OUT_DIR/bench/pods.json"

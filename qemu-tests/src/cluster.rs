@@ -24,10 +24,15 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Starts `target/debug/controlplane` (built by `./build.sh build`).
     pub fn start() -> Result<Self> {
-        let bin = target_dir().join("debug/controlplane");
-        ensure!(bin.exists(), "{} not built (run ./build.sh build)", bin.display());
+        Self::start_bin(&target_dir().join("debug/controlplane"))
+    }
+
+    /// Starts the control plane binary `bin` (the pods benchmark runs the release build, as
+    /// users do).
+    pub fn start_bin(bin: &Path) -> Result<Self> {
+        ensure!(bin.exists(), "{} not built", bin.display());
         let dir = tempfile::tempdir()?;
-        let process = ServerProcess::spawn(&bin, dir.path(), &["--san", CP_GUEST_IP])
+        let process = ServerProcess::spawn(bin, dir.path(), &["--san", CP_GUEST_IP])
             .with_context(|| format!("starting {}", bin.display()))?;
         Ok(Self { process, dir })
     }

@@ -359,7 +359,11 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     use qemu_tests::cluster::ControlPlane;
     use qemu_tests::guest::{REGISTRY_GUEST, busybox_registry, guest_busybox};
     const KILL_AFTER_S: u64 = 240;
-    let cp = ControlPlane::start()?;
+    let vcpus: u32 = match std::env::var("BENCH_VCPUS") {
+        Ok(v) => v.parse().with_context(|| format!("BENCH_VCPUS={v:?}"))?,
+        Err(_) => 2,
+    };
+    let cp = ControlPlane::start_bin(&qemu_tests::vm::target_dir().join("release/controlplane"))?;
     let registry = busybox_registry()?;
     let mut factory = VmFactory::new("bench-pods")?;
     let mut nic = cp.nic();
@@ -373,6 +377,7 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     let config = cp.expose_agent(&mut nic, &config.to_string())?;
     let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
         .with_memory_mib(1024)
+        .with_cpus(vcpus)
         .with_nics(vec![nic])
         .with_fw_cfg(config);
     let mut vm = factory.start(&cfg)?;
@@ -502,7 +507,7 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     ])?;
     let all_ready = ready_after.split_whitespace().filter(|s| *s == "True").count();
     let doc = serde_json::json!({
-        "benchmark": "pods", "accel": "tcg", "vcpus": 2, "arch": "x86_64", "memory_mib": 1024,
+        "benchmark": "pods", "accel": "tcg", "vcpus": vcpus, "arch": "x86_64", "memory_mib": 1024,
         "results": {
             "create_to_running_single": percentiles(single),
             "create_to_running_30_at_once": percentiles(many),
@@ -673,7 +678,7 @@ fn bench_runtime(arches: &[Arch], runs: usize, json: &std::path::Path) -> Result
         }
         results.insert(arch.name().to_string(), serde_json::Value::Object(arch_results));
     }
-    let doc = serde_json::json!({ "benchmark": "runtime", "accel": "tcg", "vcpus": 2, "results": results });
+    let doc = serde_json::json!({ "benchmark": "runtime", "accel": "tcg", "vcpus": 1, "results": results });
     std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())

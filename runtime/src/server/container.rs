@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use runtime_api::{ContainerConfig, ContainerStatus, ErrorKind, Reply, ReplyError, State};
 
 use super::Runtime;
+use super::build::Then;
 use super::errors::{RuntimeError, errno_ctx, io_ctx, lc_err};
 use super::state::{ContainerRecord, Ctr, Running, exit_of, new_id, now, proc_start_time};
 use crate::cgroups;
@@ -27,11 +28,14 @@ use crate::seccomp::SeccompExecutor;
 use crate::spec;
 
 impl Runtime {
+    /// `CreateContainer`: prepares the container and starts its build (see `build`); the reply
+    /// comes when the build ends ([`Runtime::finish_container`]).
     pub(super) fn create_container(
         &mut self,
+        conn: u64,
         sandbox_id: &str,
         config: ContainerConfig,
-    ) -> Result<ContainerStatus, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         let sb = self.sandbox(sandbox_id)?;
         if !sb.rec.status.ready {
             return Err(RuntimeError::Conflict(format!(
@@ -72,7 +76,7 @@ impl Runtime {
             resolv_conf: sb.dir.join("resolv.conf").display().to_string(),
             shm: sb.dir.join("shm").display().to_string(),
         };
-        let mut status = ContainerStatus {
+        let status = ContainerStatus {
             id: id.clone(),
             sandbox_id: sandbox_id.into(),
             name: config.name.clone(),
@@ -90,7 +94,8 @@ impl Runtime {
         };
         let lower = self.images.lower_dirs(&image);
         let rootfs = dir.join("rootfs");
-        let built = (|| -> Result<(i32, Running), RuntimeError> {
+        let youki_root = self.youki_root.clone();
+        let started = (|| -> Result<(), RuntimeError> {
             for d in ["rootfs", "upper", "work"] {
                 fs::create_dir_all(dir.join(d)).map_err(io_ctx(format!("creating {d}")))?;
             }
@@ -132,7 +137,7 @@ impl Runtime {
             for r in [&out_r, &err_r] {
                 set_nonblocking(r)?;
             }
-            let (stdin, mut input) = if config.stdin && !config.tty {
+            let (stdin, input) = if config.stdin && !config.tty {
                 let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(errno_ctx("pipe"))?;
                 (r, Some(w))
             } else {
@@ -142,56 +147,110 @@ impl Runtime {
             // A terminal is made inside the container (its devpts) by libcontainer, which sends
             // the master back over a socket of ours, as runc does for containerd.
             let console = config.tty.then(|| console_socket(&dir)).transpose()?;
-            let c = crate::sys::with_child_oom_score(None, || {
-                crate::sys::closing_sockets_on_failure(|| {
-                    let b = ContainerBuilder::new(id.clone(), SyscallType::default())
-                        .with_root_path(&self.youki_root)
-                        .map_err(lc_err("container state root"))?
-                        .with_executor(SeccompExecutor { profile });
-                    let b = match &console {
-                        Some((_, path)) => b.with_console_socket(Some(path)),
-                        None => b.with_stdin(stdin).with_stdout(out_w).with_stderr(err_w),
-                    };
-                    b.validate_id()
-                        .map_err(lc_err("container id"))?
-                        .as_init(&dir)
-                        .with_systemd(false)
-                        .with_detach(true)
-                        .build()
-                        .map_err(lc_err(format!("creating container {}", config.name)))
-                })
-            })?;
-            let pipes = match console {
-                Some((listener, path)) => {
+            let console_path = console.as_ref().map(|(_, path)| path.clone());
+            let output = match console {
+                Some((listener, path)) => Output::Terminal(listener, path),
+                None => Output::Pipes(out_r, err_r),
+            };
+            let name = config.name.clone();
+            let pending = PendingContainer {
+                status,
+                dir: dir.clone(),
+                profile,
+                layers: image.layers.clone(),
+                log: log_path.map(|p| {
+                    (
+                        p,
+                        config.log_max_size.unwrap_or(self.opts.log_max_size),
+                        config.log_max_files.unwrap_or(self.opts.log_max_files),
+                    )
+                }),
+                output,
+                input,
+                stdin: config.stdin,
+                stdin_once: config.stdin_once,
+                tty: config.tty,
+            };
+            let build_id = id.clone();
+            let dir = dir.clone();
+            self.start_build(conn, Then::Container(Box::new(pending)), move || {
+                let b = ContainerBuilder::new(build_id, SyscallType::default())
+                    .with_root_path(&youki_root)
+                    .map_err(lc_err("container state root"))?
+                    .with_executor(SeccompExecutor { profile });
+                let b = match &console_path {
+                    Some(path) => b.with_console_socket(Some(path)),
+                    None => b.with_stdin(stdin).with_stdout(out_w).with_stderr(err_w),
+                };
+                let c = b
+                    .validate_id()
+                    .map_err(lc_err("container id"))?
+                    .as_init(&dir)
+                    .with_systemd(false)
+                    .with_detach(true)
+                    .build()
+                    .map_err(lc_err(format!("creating container {name}")))?;
+                c.pid()
+                    .map(|p| p.as_raw())
+                    .ok_or_else(|| RuntimeError::Container {
+                        what: format!("creating container {name}"),
+                        detail: "no pid".into(),
+                    })
+            })
+        })();
+        if started.is_err() {
+            let _ = umount2(&rootfs, MntFlags::MNT_DETACH);
+            let _ = fs::remove_dir_all(&dir);
+        }
+        started
+    }
+
+    /// Completes a container once its build helper ended with `built` (its process's pid).
+    pub(super) fn finish_container(
+        &mut self,
+        p: PendingContainer,
+        built: Result<i32, RuntimeError>,
+    ) -> Result<ContainerStatus, RuntimeError> {
+        let PendingContainer {
+            mut status,
+            dir,
+            profile,
+            layers,
+            log,
+            output,
+            mut input,
+            stdin,
+            stdin_once,
+            tty,
+        } = p;
+        let id = status.id.clone();
+        let ran = built.and_then(|pid| {
+            // Its pod may have been removed while the build ran.
+            if !self.sandboxes.contains_key(&status.sandbox_id) {
+                return Err(RuntimeError::NotFound(format!(
+                    "sandbox {} was removed while container {} was created",
+                    status.sandbox_id, status.name
+                )));
+            }
+            let pipes = match output {
+                Output::Terminal(listener, path) => {
                     let master = receive_terminal(&listener);
                     let _ = fs::remove_file(&path);
                     let master = master?;
                     set_nonblocking(&master)?;
                     // Input (and so the window size) only for a container that asked for stdin.
-                    if config.stdin {
+                    if stdin {
                         input = Some(master.try_clone().map_err(io_ctx("terminal master"))?);
                     }
                     [Some(master), None]
                 }
-                None => [Some(out_r), Some(err_r)],
+                Output::Pipes(out_r, err_r) => [Some(out_r), Some(err_r)],
             };
-            let pid = c
-                .pid()
-                .map(|p| p.as_raw())
-                .ok_or_else(|| RuntimeError::Container {
-                    what: format!("creating container {}", config.name),
-                    detail: "no pid".into(),
-                })?;
             let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the container"))?;
-            let log = match &log_path {
-                Some(p) => Some(
-                    LogWriter::open(
-                        p,
-                        config.log_max_size.unwrap_or(self.opts.log_max_size),
-                        config.log_max_files.unwrap_or(self.opts.log_max_files),
-                    )
-                    .map_err(io_ctx(format!("log {}", p.display())))?,
-                ),
+            let log = match &log {
+                Some((p, size, files)) => {
+                    Some(LogWriter::open(p, *size, *files).map_err(io_ctx(format!("log {}", p.display())))?)
+                }
                 None => None,
             };
             Ok((
@@ -201,12 +260,12 @@ impl Runtime {
                     pipes,
                     log,
                     input,
-                    stdin_once: config.stdin_once,
-                    tty: config.tty,
+                    stdin_once,
+                    tty,
                 },
             ))
-        })();
-        match built {
+        });
+        match ran {
             Ok((pid, run)) => {
                 status.pid = Some(pid);
                 let c = Ctr {
@@ -215,7 +274,7 @@ impl Runtime {
                         profile,
                         mounted: true,
                         start_time: proc_start_time(pid),
-                        layers: image.layers.clone(),
+                        layers,
                     },
                     dir,
                     run: Some(run),
@@ -234,8 +293,15 @@ impl Runtime {
                 if let Ok(mut c) = Container::load(self.youki_root.join(&id)) {
                     let _ = c.delete(true);
                 }
-                let _ = umount2(&rootfs, MntFlags::MNT_DETACH);
+                let _ = umount2(&dir.join("rootfs"), MntFlags::MNT_DETACH);
                 let _ = fs::remove_dir_all(&dir);
+                // A pod removed meanwhile could not remove its slice, which held this one.
+                if !self.sandboxes.contains_key(&status.sandbox_id)
+                    && let Some((slice, _)) = status.cgroup.rsplit_once('/')
+                    && let Err(e) = self.tree.remove_pod(slice)
+                {
+                    tracing::warn!(container = %id, error = %e, "pod cgroup not removed");
+                }
                 Err(e)
             }
         }
@@ -486,6 +552,31 @@ impl Runtime {
             run.pipes[idx] = None;
         }
     }
+}
+
+/// A container whose build runs in a helper (see `build`).
+pub(super) struct PendingContainer {
+    /// The status to report, its pid filled in once the process exists.
+    status: ContainerStatus,
+    dir: PathBuf,
+    profile: runtime_api::SeccompProfile,
+    layers: Vec<String>,
+    /// The CRI log: its path, size limit and number of files.
+    log: Option<(PathBuf, u64, usize)>,
+    output: Output,
+    /// The write end of the stdin pipe.
+    input: Option<OwnedFd>,
+    stdin: bool,
+    stdin_once: bool,
+    tty: bool,
+}
+
+/// Where a container's output will be read.
+enum Output {
+    /// The read ends of its stdout and stderr.
+    Pipes(OwnedFd, OwnedFd),
+    /// The console socket libcontainer sends the terminal's master through, and its path.
+    Terminal(UnixListener, PathBuf),
 }
 
 /// A listening socket in the container's directory for libcontainer to send the terminal's

@@ -34,6 +34,9 @@ pub enum RuntimeError {
     Network { what: String, source: NetlinkError },
     #[error("host ports: {0}")]
     HostPorts(#[from] crate::net::nft::NftError),
+    /// What a build helper reported (its kind kept).
+    #[error("{}", .0.message)]
+    Reported(ReplyError),
     /// Nothing listens where a port forward dialed (containerd's text).
     #[error("failed to connect to localhost:{port} inside namespace \"{sandbox}\", {source} ")]
     Dial {
@@ -53,6 +56,7 @@ impl RuntimeError {
             RuntimeError::Exhausted(_) => ErrorKind::Unavailable,
             RuntimeError::Dial { .. } => ErrorKind::NotFound,
             RuntimeError::Image(e) => store_error_kind(e),
+            RuntimeError::Reported(e) => e.kind,
             RuntimeError::Io { .. }
             | RuntimeError::Container { .. }
             | RuntimeError::Cgroup(_)

@@ -179,6 +179,11 @@ impl Runtime {
         if !self.strays {
             return false;
         }
+        // A build's new process becomes the runtime's child when its helper ends, before the
+        // runtime has recorded it: nothing is reaped as a stray while builds run.
+        if !self.builds.is_empty() {
+            return true;
+        }
         let me = std::process::id();
         let listed = fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
         let tracked: std::collections::BTreeSet<i32> = self

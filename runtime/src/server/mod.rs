@@ -6,7 +6,8 @@
 //! process of the node binary (`nodeos runtime`) that never starts a thread: one `poll(2)` loop
 //! over the API socket, the containers' output pipes and a pidfd per process. Being the parent, it
 //! also reaps every container and records exit codes, which libcontainer leaves to the caller.
-//! Long work (image pulls) runs in forked children, never in a thread. Clients (the agent, the
+//! Long work (image pulls, container builds: [`build`]) runs in forked children, never in a
+//! thread. Clients (the agent, the
 //! in-guest test suite) may be multithreaded; they only talk to the socket.
 //!
 //! **Restart safety.** Sandboxes, containers and exit codes are written to `<state>/…/state.json`
@@ -17,8 +18,10 @@
 //! parked in a socket queue PID 1 keeps open ([`fdstore`]) and taken back at the restart.
 //!
 //! One operation family per file: [`state`] (records, persistence, re-adoption), [`sandbox`],
-//! [`container`], [`exec`], [`images`], [`stats`], [`errors`]; [`serve`] is the loop.
+//! [`container`], [`exec`], [`images`], [`stats`], [`errors`]; [`build`] runs builds in helpers;
+//! [`serve`] is the loop.
 
+mod build;
 mod container;
 mod errors;
 mod exec;
@@ -103,6 +106,9 @@ pub struct Runtime {
     execs: BTreeMap<String, exec::ExecProc>,
     /// Pulls in progress, by normalised reference.
     pulls: BTreeMap<String, images::Pull>,
+    /// Sandbox and container builds in progress in helper children, by token.
+    builds: BTreeMap<u64, build::Build>,
+    next_build: u64,
     /// The last CPU reading per cgroup, for usage rates.
     cpu_samples: BTreeMap<String, stats::CpuSample>,
     /// Deferred replies: (connection, reply).
@@ -183,6 +189,8 @@ impl Runtime {
             containers: BTreeMap::new(),
             execs: BTreeMap::new(),
             pulls: BTreeMap::new(),
+            builds: BTreeMap::new(),
+            next_build: 0,
             cpu_samples: BTreeMap::new(),
             outbox: Vec::new(),
             reply_fds: Vec::new(),
@@ -211,17 +219,21 @@ impl Runtime {
             Request::Version => Ok(Reply::Version {
                 version: env!("CARGO_PKG_VERSION").into(),
             }),
-            Request::RunSandbox { config } => {
-                self.run_sandbox(config).map(|status| Reply::Sandbox { status })
-            }
+            Request::RunSandbox { config } => match self.run_sandbox(conn, config) {
+                Ok(()) => return None,
+                Err(e) => Err(e),
+            },
             Request::StopSandbox { id } => self.stop_sandbox(&id).map(|()| Reply::Ok),
             Request::RemoveSandbox { id } => self.remove_sandbox(&id).map(|()| Reply::Ok),
             Request::ListSandboxes => Ok(Reply::Sandboxes {
                 items: self.sandboxes.values().map(|s| s.rec.status.clone()).collect(),
             }),
-            Request::CreateContainer { sandbox_id, config } => self
-                .create_container(&sandbox_id, config)
-                .map(|status| Reply::Container { status }),
+            Request::CreateContainer { sandbox_id, config } => {
+                match self.create_container(conn, &sandbox_id, config) {
+                    Ok(()) => return None,
+                    Err(e) => Err(e),
+                }
+            }
             Request::StartContainer { id } => self
                 .start_container(&id)
                 .map(|status| Reply::Container { status }),

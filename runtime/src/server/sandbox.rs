@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use libcontainer::container::Container;
@@ -15,6 +15,7 @@ use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use runtime_api::{SandboxConfig, SandboxStatus};
 
+use super::build::Then;
 use super::errors::{RuntimeError, errno_ctx, io_ctx, lc_err};
 use super::state::{Sandbox, SandboxRecord, new_id, now, proc_start_time};
 use super::{MODULES_DONE, Runtime};
@@ -23,12 +24,31 @@ use crate::net;
 use crate::spec;
 
 impl Runtime {
-    pub(super) fn run_sandbox(&mut self, config: SandboxConfig) -> Result<SandboxStatus, RuntimeError> {
+    /// `RunSandbox`: prepares the sandbox and starts its build (see `build`); the reply comes
+    /// when the build ends ([`Runtime::finish_sandbox`]).
+    pub(super) fn run_sandbox(&mut self, conn: u64, config: SandboxConfig) -> Result<(), RuntimeError> {
         validate_sandbox(&config)?;
         let id = new_id()?;
         let dir = self.opts.state_dir.join("sandboxes").join(&id);
         let qos = config.resources.qos;
         let slice = cgroups::pod_slice(qos, &config.uid);
+        // The address is chosen before /etc/hosts is written, which names it.
+        let ip = if config.host.network {
+            None
+        } else {
+            let used: Vec<std::net::Ipv4Addr> = self
+                .sandboxes
+                .values()
+                .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
+                .chain(self.builds.values().filter_map(|b| match &b.then {
+                    Then::Sandbox(p) => p.ip,
+                    Then::Container(_) => None,
+                }))
+                .collect();
+            Some(self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
+                RuntimeError::Exhausted(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
+            })?)
+        };
         let status = SandboxStatus {
             id: id.clone(),
             name: config.name.clone(),
@@ -42,50 +62,94 @@ impl Runtime {
             qos,
             created_at: now(),
         };
-        match self.setup_sandbox(&id, &dir, &config, &slice) {
-            Ok((pid, pidfd, ip)) => {
-                let mut status = status;
-                status.ready = true;
-                status.pause_pid = Some(pid);
-                status.ip = ip.map(|ip| ip.to_string());
-                self.sandboxes.insert(
-                    id.clone(),
-                    Sandbox {
-                        rec: SandboxRecord {
-                            status: status.clone(),
-                            config,
-                            start_time: proc_start_time(pid),
-                        },
-                        dir,
-                        pidfd: Some(pidfd),
-                    },
-                );
-                self.persist_sandbox(&id);
-                self.update_burstable()?;
-                // As CNI's portmap plugin fails the sandbox when its rules cannot be added.
-                if let Err(e) = self.sync_host_ports() {
-                    let _ = self.remove_sandbox(&id);
-                    return Err(e);
-                }
-                tracing::info!(sandbox = %id, pod = %status.name, pid, qos = ?qos, "sandbox running");
-                Ok(status)
-            }
+        let started = self
+            .prepare_sandbox(&id, &dir, &config, &slice, ip)
+            .and_then(|(bundle, net)| {
+                let youki_root = self.youki_root.clone();
+                let pending = PendingSandbox {
+                    id: id.clone(),
+                    dir: dir.clone(),
+                    config,
+                    slice: slice.clone(),
+                    status,
+                    ip,
+                };
+                let id = id.clone();
+                self.start_build(conn, Then::Sandbox(Box::new(pending)), move || {
+                    build_sandbox(&youki_root, &id, &bundle, net)
+                })
+            });
+        if started.is_err() {
+            self.teardown_sandbox_dir(&id, &dir, &slice, ip.is_none());
+        }
+        started
+    }
+
+    /// Completes a sandbox once its build helper ended with `built` (the pause process's pid).
+    pub(super) fn finish_sandbox(
+        &mut self,
+        p: PendingSandbox,
+        built: Result<i32, RuntimeError>,
+    ) -> Result<SandboxStatus, RuntimeError> {
+        let PendingSandbox {
+            id,
+            dir,
+            config,
+            slice,
+            mut status,
+            ip,
+        } = p;
+        let built = built.and_then(|pid| {
+            let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
+            Ok((pid, pidfd))
+        });
+        let (pid, pidfd) = match built {
+            Ok(b) => b,
             Err(e) => {
                 // libcontainer may have left a process of the failed create behind.
                 self.strays = true;
                 self.teardown_sandbox_dir(&id, &dir, &slice, config.host.network);
-                Err(e)
+                return Err(e);
             }
+        };
+        status.ready = true;
+        status.pause_pid = Some(pid);
+        status.ip = ip.map(|ip| ip.to_string());
+        let qos = status.qos;
+        self.sandboxes.insert(
+            id.clone(),
+            Sandbox {
+                rec: SandboxRecord {
+                    status: status.clone(),
+                    config,
+                    start_time: proc_start_time(pid),
+                },
+                dir,
+                pidfd: Some(pidfd),
+            },
+        );
+        self.persist_sandbox(&id);
+        self.update_burstable()?;
+        // As CNI's portmap plugin fails the sandbox when its rules cannot be added.
+        if let Err(e) = self.sync_host_ports() {
+            let _ = self.remove_sandbox(&id);
+            return Err(e);
         }
+        tracing::info!(sandbox = %id, pod = %status.name, pid, qos = ?qos, "sandbox running");
+        Ok(status)
     }
 
-    fn setup_sandbox(
+    /// Everything of a sandbox the build needs, made by the runtime: its directory, `/dev/shm`,
+    /// `/etc` files, cgroup slice, spec and (off the node's network) the pod bridge. Returns the
+    /// bundle and what the helper wires up: the bridge, the pod network and the address.
+    fn prepare_sandbox(
         &mut self,
         id: &str,
         dir: &Path,
         config: &SandboxConfig,
         slice: &str,
-    ) -> Result<(i32, OwnedFd, Option<std::net::Ipv4Addr>), RuntimeError> {
+        ip: Option<std::net::Ipv4Addr>,
+    ) -> Result<(PathBuf, Option<PodNet>), RuntimeError> {
         // On the node's network the pod has the node's UTS namespace, so its name.
         let hostname = if config.host.network {
             nix::unistd::gethostname()
@@ -94,19 +158,6 @@ impl Runtime {
                 .into_owned()
         } else {
             kernel_hostname(config)
-        };
-        // The address is chosen before /etc/hosts is written, which names it.
-        let ip = if config.host.network {
-            None
-        } else {
-            let used: Vec<std::net::Ipv4Addr> = self
-                .sandboxes
-                .values()
-                .filter_map(|s| s.rec.status.ip.as_deref()?.parse().ok())
-                .collect();
-            Some(self.opts.pod_cidr.allocate(&used).ok_or_else(|| {
-                RuntimeError::Exhausted(format!("pod CIDR {} is exhausted", self.opts.pod_cidr))
-            })?)
         };
         let node_hosts = config
             .host
@@ -138,48 +189,15 @@ impl Runtime {
         spec["root"]["path"] = serde_json::json!(self.pause_root);
         fs::write(bundle.join("config.json"), spec.to_string())
             .map_err(io_ctx("writing the sandbox spec"))?;
-        let devnull = || {
-            fs::File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .map_err(io_ctx("/dev/null"))
+        let net = match ip {
+            Some(ip) => Some(PodNet {
+                bridge: self.ensure_bridge()?,
+                cidr: self.opts.pod_cidr,
+                ip,
+            }),
+            None => None,
         };
-        let mut c = crate::sys::with_child_oom_score(None, || {
-            crate::sys::closing_sockets_on_failure(|| {
-                ContainerBuilder::new(id.to_string(), SyscallType::default())
-                    .with_root_path(&self.youki_root)
-                    .map_err(lc_err("sandbox state root"))?
-                    .with_stdin(devnull()?)
-                    .with_stdout(devnull()?)
-                    .with_stderr(devnull()?)
-                    .validate_id()
-                    .map_err(lc_err("sandbox id"))?
-                    .as_init(&bundle)
-                    .with_systemd(false)
-                    .with_detach(true)
-                    .build()
-                    .map_err(lc_err("creating the pause container"))
-            })
-        })?;
-        let pid = c
-            .pid()
-            .map(|p| p.as_raw())
-            .ok_or_else(|| RuntimeError::Container {
-                what: "creating the pause container".into(),
-                detail: "no pid".into(),
-            })?;
-        c.start().map_err(lc_err("starting the pause container"))?;
-        let pidfd = crate::sys::pidfd_open(pid).map_err(io_ctx("pidfd of the pause process"))?;
-        let Some(ip) = ip else {
-            return Ok((pid, pidfd, None));
-        };
-        let bridge = self.ensure_bridge()?;
-        net::attach(bridge, &self.opts.pod_cidr, id, pid, ip).map_err(|source| RuntimeError::Network {
-            what: "pod network".into(),
-            source,
-        })?;
-        Ok((pid, pidfd, Some(ip)))
+        Ok((bundle, net))
     }
 
     /// Takes the node's pod CIDR: sandboxes made from now on get addresses in it. Refused while
@@ -510,6 +528,103 @@ fn prepare_pause_root(root: &Path) -> Result<(), RuntimeError> {
     fs::write(&tmp, &program).map_err(io_ctx("writing the pause program"))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o555)).map_err(io_ctx("pause permissions"))?;
     fs::rename(&tmp, &target).map_err(io_ctx("pause root"))
+}
+
+/// A sandbox whose build runs in a helper (see `build`).
+pub(super) struct PendingSandbox {
+    id: String,
+    dir: PathBuf,
+    config: SandboxConfig,
+    slice: String,
+    /// The status to report, filled in once the pause process runs.
+    status: SandboxStatus,
+    /// The address it was given (reserved while the build runs).
+    pub ip: Option<std::net::Ipv4Addr>,
+}
+
+#[cfg(test)]
+impl PendingSandbox {
+    /// A pending sandbox of pod `name` with its directory at `dir` and no address.
+    pub(super) fn for_test(name: &str, dir: PathBuf) -> Self {
+        let config = SandboxConfig {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            ..Default::default()
+        };
+        let slice = cgroups::pod_slice(config.resources.qos, &config.uid);
+        PendingSandbox {
+            id: format!("id-{name}"),
+            dir,
+            status: SandboxStatus {
+                id: format!("id-{name}"),
+                name: name.into(),
+                namespace: config.namespace.clone(),
+                uid: config.uid.clone(),
+                attempt: 0,
+                ready: false,
+                pause_pid: None,
+                ip: None,
+                cgroup: slice.clone(),
+                qos: config.resources.qos,
+                created_at: now(),
+            },
+            config,
+            slice,
+            ip: None,
+        }
+    }
+}
+
+/// A sandbox's place on the pod network.
+struct PodNet {
+    bridge: u32,
+    cidr: net::Cidr,
+    ip: std::net::Ipv4Addr,
+}
+
+/// In the build helper: creates and starts the pause process of the sandbox whose bundle is
+/// `bundle`, and wires its network; returns its pid.
+fn build_sandbox(
+    youki_root: &Path,
+    id: &str,
+    bundle: &Path,
+    net: Option<PodNet>,
+) -> Result<i32, RuntimeError> {
+    let devnull = || {
+        fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(io_ctx("/dev/null"))
+    };
+    let mut c = ContainerBuilder::new(id.to_string(), SyscallType::default())
+        .with_root_path(youki_root)
+        .map_err(lc_err("sandbox state root"))?
+        .with_stdin(devnull()?)
+        .with_stdout(devnull()?)
+        .with_stderr(devnull()?)
+        .validate_id()
+        .map_err(lc_err("sandbox id"))?
+        .as_init(bundle)
+        .with_systemd(false)
+        .with_detach(true)
+        .build()
+        .map_err(lc_err("creating the pause container"))?;
+    let pid = c
+        .pid()
+        .map(|p| p.as_raw())
+        .ok_or_else(|| RuntimeError::Container {
+            what: "creating the pause container".into(),
+            detail: "no pid".into(),
+        })?;
+    c.start().map_err(lc_err("starting the pause container"))?;
+    if let Some(n) = net {
+        net::attach(n.bridge, &n.cidr, id, pid, n.ip).map_err(|source| RuntimeError::Network {
+            what: "pod network".into(),
+            source,
+        })?;
+    }
+    Ok(pid)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use runtime_api::{ErrorKind, Reply, ReplyError, Request, recv_some, send_line};
 
-use super::errors::{RuntimeError, io_ctx};
+use super::errors::{RuntimeError, errno_ctx, io_ctx};
 use super::{Options, Runtime};
 
 /// What a polled descriptor belongs to.
@@ -35,6 +35,8 @@ enum Source {
     Pause(String),
     Pull(String),
     PullOutput(String),
+    /// A build helper (by token).
+    Build(u64),
 }
 
 struct Conn {
@@ -90,12 +92,23 @@ fn urgency(req: &Result<Request, serde_json::Error>) -> Urgency {
     }
 }
 
+/// Whether a request starts a build (see `build`).
+fn is_build(req: &Result<Request, serde_json::Error>) -> bool {
+    matches!(
+        req,
+        Ok(Request::RunSandbox { .. } | Request::CreateContainer { .. })
+    )
+}
+
 /// The connection whose next request goes first: the most urgent, the oldest connection among
-/// equals.
-fn next_conn(conns: &BTreeMap<u64, Conn>) -> Option<(u64, Urgency)> {
+/// equals; requests that start a build wait while `builds_full`.
+fn next_conn(conns: &BTreeMap<u64, Conn>, builds_full: bool) -> Option<(u64, Urgency)> {
     conns
         .iter()
-        .filter_map(|(id, c)| Some((*id, urgency(c.requests.front()?))))
+        .filter_map(|(id, c)| {
+            let req = c.requests.front()?;
+            (!(builds_full && is_build(req))).then(|| (*id, urgency(req)))
+        })
         .min_by_key(|(id, u)| (*u, *id))
 }
 
@@ -151,6 +164,11 @@ impl Runtime {
                 out.push((Source::Pause(id.clone()), p.as_fd()));
             }
         }
+        for (token, b) in &self.builds {
+            if let Some(fd) = &b.pidfd {
+                out.push((Source::Build(*token), fd.as_fd()));
+            }
+        }
         for (name, p) in &self.pulls {
             if let Some(fd) = &p.pidfd {
                 out.push((Source::Pull(name.clone()), fd.as_fd()));
@@ -172,6 +190,7 @@ impl Runtime {
             Source::Exec(id) => self.on_exec_exit(id),
             Source::Pause(id) => self.on_pause_exit(id),
             Source::Pull(name) => self.on_pull_exit(name),
+            Source::Build(token) => self.on_build_exit(*token),
             Source::Listener | Source::Conn(_) => {}
         }
     }
@@ -196,6 +215,9 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
         None
     });
     let mut rt = Runtime::open(opts, fd_store)?;
+    // Containers' init processes are the children of build helpers, and come to the runtime
+    // when those end (see `build`).
+    nix::sys::prctl::set_child_subreaper(true).map_err(errno_ctx("becoming a child subreaper"))?;
     if let Some(dir) = socket.parent() {
         fs::create_dir_all(dir).map_err(io_ctx(dir.display().to_string()))?;
     }
@@ -222,8 +244,8 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
             .iter()
             .map(|b| PollFd::new(*b, PollFlags::POLLIN))
             .collect();
-        // Requests still waiting: look and come straight back.
-        let t = if conns.values().any(|c| !c.requests.is_empty()) {
+        // Requests still waiting that can be served: look and come straight back.
+        let t = if next_conn(&conns, rt.builds_full()).is_some() {
             PollTimeout::ZERO
         } else {
             match timeout {
@@ -278,7 +300,7 @@ pub fn serve(opts: Options) -> Result<(), RuntimeError> {
             }
         }
         // Quick requests in one go; after a slow one, back to poll.
-        while let Some((id, urgency)) = next_conn(&conns) {
+        while let Some((id, urgency)) = next_conn(&conns, rt.builds_full()) {
             let Some(c) = conns.get_mut(&id) else { break };
             let Some(req) = c.requests.pop_front() else { break };
             let mut fds = std::mem::take(&mut c.fds);
@@ -388,7 +410,7 @@ mod tests {
         conns.insert(4, conn_with(&[&sandbox, &list]));
         conns.insert(5, conn_with(&[]));
         let mut order = Vec::new();
-        while let Some((id, u)) = next_conn(&conns) {
+        while let Some((id, u)) = next_conn(&conns, false) {
             order.push((id, u));
             conns.get_mut(&id).and_then(|c| c.requests.pop_front());
         }
@@ -414,6 +436,63 @@ mod tests {
         c.buf.extend_from_slice(list.as_bytes());
         c.parse_lines();
         assert!(c.requests.is_empty());
+    }
+
+    #[test]
+    fn requests_that_start_builds_wait_while_builds_are_full() {
+        let sandbox = line(&Request::RunSandbox {
+            config: Default::default(),
+        });
+        let create = line(&Request::CreateContainer {
+            sandbox_id: "s".into(),
+            config: Default::default(),
+        });
+        let start = line(&Request::StartContainer { id: "c".into() });
+        let list = line(&Request::ListContainers);
+        let mut conns = BTreeMap::new();
+        conns.insert(1, conn_with(&[&sandbox]));
+        conns.insert(2, conn_with(&[&create, &list]));
+        conns.insert(3, conn_with(&[&start]));
+        let mut order = Vec::new();
+        while let Some((id, u)) = next_conn(&conns, true) {
+            order.push((id, u));
+            conns.get_mut(&id).and_then(|c| c.requests.pop_front());
+        }
+        // The start goes; the builds wait, and the read behind one waits with it.
+        assert_eq!(order, [(3, Urgency::UnderWay)]);
+        assert_eq!(next_conn(&conns, false), Some((2, Urgency::UnderWay)));
+    }
+
+    #[test]
+    fn a_build_runs_in_a_helper_and_its_failure_comes_back_with_its_kind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut rt = crate::server::test_runtime(dir.path());
+        let sandbox_dir = dir.path().join("state/sandboxes/id-web");
+        fs::create_dir_all(&sandbox_dir).expect("sandbox dir");
+        let pending = crate::server::sandbox::PendingSandbox::for_test("web", sandbox_dir.clone());
+        let started = rt.start_build(7, super::super::build::Then::Sandbox(Box::new(pending)), || {
+            std::thread::sleep(Duration::from_millis(300));
+            Err(RuntimeError::Invalid("the image has no such user".into()))
+        });
+        assert!(started.is_ok(), "{started:?}");
+        assert_eq!(rt.builds.len(), 1);
+        // Meanwhile the runtime answers other requests.
+        assert!(matches!(
+            rt.handle(3, Request::ListSandboxes, &mut Vec::new()),
+            Some(Reply::Sandboxes { items }) if items.is_empty()
+        ));
+        let replies = run_until_replies(&mut rt, 1);
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        let (conn, reply) = &replies[0];
+        assert_eq!(*conn, 7);
+        assert!(
+            matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Invalid && e.message == "the image has no such user"),
+            "{reply:?}"
+        );
+        // The failed sandbox left nothing: no record, no build, no directory.
+        assert!(rt.builds.is_empty());
+        assert!(rt.sandboxes.is_empty());
+        assert!(!sandbox_dir.exists());
     }
 
     /// Polls the runtime's own descriptors (no socket) until `n` replies are out.
