@@ -525,9 +525,10 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
                   VmRSS and Pss (smaps_rollup) of PID 1, the agent, the runtime and every pause process, \
                   read from the node's /proc by a privileged pod (idle: the warm-up pod and the inspector \
                   run; 30 pods: those and the inspector); node CPU is the node's /proc/stat (busy = \
-                  all but idle and iowait, both vCPUs) and the agent's and runtime's own CPU (the \
-                  runtime's with its reaped children: libcontainer's helper processes), from before \
-                  the 30 pods' create to after the last was seen Running",
+                  all but idle and iowait, both vCPUs; kernel = system, irq and softirq) and the \
+                  agent's and runtime's own CPU (the runtime's with its reaped children: build \
+                  helpers and libcontainer's processes), from before the 30 pods' create to after \
+                  the last was seen Running",
     });
     std::fs::write(json, serde_json::to_string_pretty(&doc)?)?;
     println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -537,6 +538,8 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
 /// CPU clock ticks on the node (USER_HZ, 100 on our kernels), read by the `inspector` pod.
 struct NodeCpu {
     busy: u64,
+    /// The kernel's part of `busy` (system, irq and softirq ticks).
+    kernel: u64,
     agent: u64,
     runtime: u64,
 }
@@ -548,18 +551,20 @@ impl NodeCpu {
         serde_json::json!({
             "wall_s": wall_s,
             "node_busy_cpu_s": s(self.busy, before.busy),
+            "node_kernel_cpu_s": s(self.kernel, before.kernel),
             "agent_cpu_s": s(self.agent, before.agent),
             "runtime_cpu_s": s(self.runtime, before.runtime),
         })
     }
 }
 
-/// The node's busy ticks (all CPUs) and the agent's and the runtime's (the runtime's with the
+/// The node's busy ticks (all CPUs; also the kernel's part of them) and the agent's and the runtime's (the runtime's with the
 /// children it reaped).
 fn node_cpu(cp: &qemu_tests::cluster::ControlPlane) -> Result<NodeCpu> {
     const SCRIPT: &str = r#"
 read -r _ u n s i w q sq st _ < /host/proc/stat
 echo busy $((u + n + s + q + sq + st))
+echo kernel $((s + q + sq))
 for p in /host/proc/[0-9]*; do
   set -- $(tr '\0' ' ' < $p/cmdline 2>/dev/null)
   case "$2" in agent|runtime) k=$2;; *) continue;; esac
@@ -570,6 +575,7 @@ done"#;
     let out = cp.kubectl(&["exec", "inspector", "--", "sh", "-c", SCRIPT])?;
     let mut cpu = NodeCpu {
         busy: 0,
+        kernel: 0,
         agent: 0,
         runtime: 0,
     };
@@ -583,6 +589,7 @@ done"#;
             .with_context(|| format!("node cpu: {line:?}"))?;
         match kind {
             "busy" => cpu.busy = ticks,
+            "kernel" => cpu.kernel = ticks,
             "agent" => cpu.agent = ticks,
             "runtime" => cpu.runtime = ticks,
             _ => bail!("node cpu: {line:?}"),
