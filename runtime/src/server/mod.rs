@@ -7,8 +7,8 @@
 //! over the API socket, the containers' output pipes and a pidfd per process. Being the parent, it
 //! also reaps every container and records exit codes, which libcontainer leaves to the caller.
 //! Long work (image pulls, container builds: [`build`]) runs in forked children, never in a
-//! thread. Clients (the agent, the
-//! in-guest test suite) may be multithreaded; they only talk to the socket.
+//! thread. Clients (the agent, the in-guest test suite) may be multithreaded; they only talk to
+//! the socket.
 //!
 //! **Restart safety.** Sandboxes, containers and exit codes are written to `<state>/…/state.json`
 //! on every change. A client that restarts lists them again and finds everything that was running
