@@ -375,7 +375,15 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     config["debug"] = serde_json::json!({"killAgent": {"afterSeconds": KILL_AFTER_S, "times": 1}});
     // The API server reaches the agent (for `kubectl top`) through a host forward.
     let config = cp.expose_agent(&mut nic, &config.to_string())?;
-    let cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?
+    // BENCH_KPROFILE=<file>: the kernel's profiler (`profile=`) samples the 30-pod burst and its
+    // counts (gzip, base64) go to <file>, the kernel's symbols (/proc/kallsyms, likewise) next to
+    // it (`.syms`); the run ends after the burst.
+    let kprofile = std::env::var_os("BENCH_KPROFILE").map(std::path::PathBuf::from);
+    let mut cfg = VmConfig::direct(&out_dir(), Arch::X86_64)?;
+    if kprofile.is_some() {
+        cfg = cfg.with_cmdline_extra("profile=2");
+    }
+    let cfg = cfg
         .with_memory_mib(1024)
         .with_cpus(vcpus)
         .with_nics(vec![nic])
@@ -471,12 +479,55 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     ]);
     std::thread::sleep(Duration::from_secs(10));
     let names: Vec<String> = (0..30).map(|i| format!("many-{i}")).collect();
+    // Every process's /proc/<pid>/stat on the node, for the kernel profile's run.
+    let stats = |to: &std::path::Path| -> Result<()> {
+        let all = cp.kubectl(&[
+            "exec",
+            "inspector",
+            "--",
+            "sh",
+            "-c",
+            "cat /host/proc/[0-9]*/stat 2>/dev/null",
+        ])?;
+        Ok(std::fs::write(to, all)?)
+    };
+    if let Some(file) = &kprofile {
+        stats(&file.with_extension("stat0"))?;
+        cp.kubectl(&["exec", "inspector", "--", "sh", "-c", "echo 0 > /proc/profile"])?;
+    }
     let cpu_before = node_cpu(&cp)?;
     let start = std::time::Instant::now();
     create(names.iter().map(|n| pod(n, false)).collect())?;
     let many = watch_until(&cp, &names, phase, "Running", start, Duration::from_secs(300))?;
     let burst_s = start.elapsed().as_secs_f64();
     let burst_cpu = node_cpu(&cp)?.since(&cpu_before, burst_s);
+    if let Some(file) = &kprofile {
+        stats(&file.with_extension("stat1"))?;
+        let counts = cp.kubectl(&[
+            "exec",
+            "inspector",
+            "--",
+            "sh",
+            "-c",
+            "gzip -c /proc/profile | base64",
+        ])?;
+        std::fs::write(file, counts)?;
+        let syms = cp.kubectl(&[
+            "exec",
+            "inspector",
+            "--",
+            "sh",
+            "-c",
+            "gzip -c /proc/kallsyms | base64",
+        ])?;
+        std::fs::write(file.with_extension("syms"), syms)?;
+        eprintln!(
+            "bench pods: 30 at once, last Running after {:.0} ms; {burst_cpu}; kernel profile in {}",
+            many.iter().cloned().fold(0.0, f64::max),
+            file.display()
+        );
+        return Ok(());
+    }
     eprintln!(
         "bench pods: 30 at once, last Running after {:.0} ms",
         many.iter().cloned().fold(0.0, f64::max)
