@@ -262,10 +262,18 @@ fn bind(source: &str, destination: &str, read_only: bool) -> Value {
 /// privilege, and a process of another user needs `CAP_SYS_PTRACE` to reach its `/proc` entries.
 pub const PAUSE_ID: u32 = 65535;
 
-/// The pause sandbox, run as [`PAUSE_ID`] without capabilities: new pid, ipc, uts, network and mount namespaces, except those of the
-/// node it shares (`host`; the node's network brings its UTS namespace, and then neither the
-/// hostname nor the network sysctls are the sandbox's to set); the pause root holds the pause
-/// program (`crate::pause`) as `/pause`.
+/// The pause sandbox, run as [`PAUSE_ID`] without capabilities: new pid, ipc, uts, network and
+/// mount namespaces, except those of the node it shares (`host`; the node's network brings its
+/// UTS namespace, and then the hostname is not the sandbox's to set); the pause root holds the
+/// pause program (`crate::pause`) as `/pause`.
+///
+/// The pause's mount namespace has the read-only pause root and a `/dev` (libcontainer makes
+/// the default devices there), and no `/proc`: no workload runs in it, but `/proc/<pause>/root`
+/// leads into it from every process that sees the pause (a shared or the node's pid namespace),
+/// and an empty directory shows nothing, where a mounted `/proc` needed containerd's masked and
+/// read-only paths (17 more mounts per pod). The network sysctls ([`SANDBOX_SYSCTLS`]), which
+/// libcontainer writes through the container's `/proc`, are written by the runtime in the pod's
+/// network namespace once the pause runs (`net::set_sysctls`).
 pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
     let mut namespaces = Vec::new();
     namespaces.extend((!host.pid).then(|| json!({"type": "pid"})));
@@ -274,14 +282,6 @@ pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
         namespaces.extend([json!({"type": "uts"}), json!({"type": "network"})]);
     }
     namespaces.push(json!({"type": "mount"}));
-    let sysctl: serde_json::Map<_, _> = if host.network {
-        serde_json::Map::new()
-    } else {
-        SANDBOX_SYSCTLS
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect()
-    };
     let mut spec = json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -297,19 +297,12 @@ pub fn sandbox(hostname: &str, cgroup: &str, host: HostNamespaces) -> Value {
         "root": {"path": "rootfs", "readonly": true},
         "hostname": hostname,
         "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=64k"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "noexec", "mode=755", "size=64k"]},
         ],
         "linux": {
             "namespaces": namespaces,
-            "sysctl": sysctl,
             "cgroupsPath": cgroup,
             "resources": {"cpu": {"shares": 2}},
-            // The same as a container's: no workload runs in the pause's mount namespace, but
-            // `/proc/<pause>/root` leads into it from every process that sees the pause (a
-            // shared or the node's pid namespace) and may inspect it.
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
         },
     });
     if host.network
@@ -744,13 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn sandboxes_allow_unprivileged_ping() {
-        let s = sandbox("h", "/k/p", HostNamespaces::default());
-        assert_eq!(s["linux"]["sysctl"]["net.ipv4.ping_group_range"], "0 2147483647");
-    }
-
-    #[test]
-    fn the_pause_is_unprivileged_and_its_proc_guarded() {
+    fn the_pause_is_unprivileged_and_has_no_proc() {
         let s = sandbox("h", "/k/p", HostNamespaces::default());
         let dests: Vec<&str> = s["mounts"]
             .as_array()
@@ -758,9 +745,9 @@ mod tests {
             .iter()
             .filter_map(|m| m["destination"].as_str())
             .collect();
-        assert_eq!(dests, ["/proc", "/dev"]);
-        assert_eq!(s["linux"]["maskedPaths"], json!(MASKED_PATHS));
-        assert_eq!(s["linux"]["readonlyPaths"], json!(READONLY_PATHS));
+        assert_eq!(dests, ["/dev"]);
+        // Set by the runtime in the pod's network namespace instead (no /proc to write them).
+        assert_eq!(s["linux"].get("sysctl"), None);
         assert_eq!(s["root"]["readonly"], true);
         assert_eq!(s["process"]["user"], json!({"uid": 65535, "gid": 65535}));
         for set in ["bounding", "effective", "permitted"] {
@@ -783,7 +770,7 @@ mod tests {
         let own = sandbox("h", "/k/p", HostNamespaces::default());
         assert_eq!(kinds(&own), ["pid", "ipc", "uts", "network", "mount"]);
         assert_eq!(own["hostname"], "h");
-        // hostNetwork: the node's network and UTS namespaces; its sysctls are not the pod's.
+        // hostNetwork: the node's network and UTS namespaces.
         let host = |network, pid, ipc| HostNamespaces { network, pid, ipc };
         let net = sandbox("h", "/k/p", host(true, false, false));
         assert_eq!(kinds(&net), ["pid", "ipc", "mount"]);
@@ -791,7 +778,6 @@ mod tests {
             net.get("hostname").is_none(),
             "no hostname without a UTS namespace"
         );
-        assert_eq!(net["linux"]["sysctl"], json!({}));
         assert_eq!(
             kinds(&sandbox("h", "/k/p", host(false, true, true))),
             ["uts", "network", "mount"]

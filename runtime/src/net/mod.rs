@@ -113,6 +113,24 @@ pub fn attach(
     wired
 }
 
+/// Writes network sysctls (`net.*`: those belong to a network namespace) in the network
+/// namespace of `pid`, through the node's `/proc`: the pause's mount namespace has no `/proc`.
+pub fn set_sysctls(pid: i32, sysctls: &[(&str, &str)]) -> Result<(), NetlinkError> {
+    in_netns(pid, || {
+        for (key, value) in sysctls {
+            let refused = |source| NetlinkError::Sysctl {
+                key: key.to_string(),
+                source,
+            };
+            if !key.starts_with("net.") || key.contains('/') || key.contains("..") {
+                return Err(refused(io::Error::from(io::ErrorKind::InvalidInput)));
+            }
+            std::fs::write(format!("/proc/sys/{}", key.replace('.', "/")), value).map_err(refused)?;
+        }
+        Ok(())
+    })
+}
+
 /// Runs `f` in the network namespace of `pid`, then returns to the caller's own. Only sound in
 /// a single-threaded process (see `crate::server`): `setns` moves the calling thread only.
 fn in_netns<T, E: From<NetlinkError>>(pid: i32, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {

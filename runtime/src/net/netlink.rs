@@ -40,6 +40,8 @@ pub enum NetlinkError {
     NoInterface(String),
     #[error("entering the network namespace of process {pid}: {source}")]
     Netns { pid: i32, source: io::Error },
+    #[error("setting sysctl {key}: {source}")]
+    Sysctl { key: String, source: io::Error },
 }
 
 impl NetlinkError {

@@ -94,6 +94,7 @@ impl Runtime {
         };
         let lower = self.images.lower_dirs(&image);
         let rootfs = dir.join("rootfs");
+        self.tree.create_scope(&cgroup)?;
         let youki_root = self.youki_root.clone();
         let started = (|| -> Result<(), RuntimeError> {
             for d in ["rootfs", "upper", "work"] {
@@ -201,6 +202,7 @@ impl Runtime {
         if started.is_err() {
             let _ = umount2(&rootfs, MntFlags::MNT_DETACH);
             let _ = fs::remove_dir_all(&dir);
+            self.tree.remove_scope(&cgroup);
         }
         started
     }
@@ -295,6 +297,7 @@ impl Runtime {
                 }
                 let _ = umount2(&dir.join("rootfs"), MntFlags::MNT_DETACH);
                 let _ = fs::remove_dir_all(&dir);
+                self.tree.remove_scope(&status.cgroup);
                 // A pod removed meanwhile could not remove its slice, which held this one.
                 if !self.sandboxes.contains_key(&status.sandbox_id)
                     && let Some((slice, _)) = status.cgroup.rsplit_once('/')

@@ -180,7 +180,9 @@ impl Runtime {
         }
         self.tree
             .create_pod(slice, &cgroups::pod_slice_values(&config.resources))?;
-        let mut spec = spec::sandbox(&hostname, &cgroups::container_scope(slice, id), config.host);
+        let scope = cgroups::container_scope(slice, id);
+        self.tree.create_scope(&scope)?;
+        let mut spec = spec::sandbox(&hostname, &scope, config.host);
         // Prepared on first use, not at startup: nothing written on nodes without pods.
         if !self.pause_ready {
             prepare_pause_root(&self.pause_root)?;
@@ -621,6 +623,10 @@ fn build_sandbox(
     if let Some(n) = net {
         net::attach(n.bridge, &n.cidr, id, pid, n.ip).map_err(|source| RuntimeError::Network {
             what: "pod network".into(),
+            source,
+        })?;
+        net::set_sysctls(pid, spec::SANDBOX_SYSCTLS).map_err(|source| RuntimeError::Network {
+            what: "pod network sysctls".into(),
             source,
         })?;
     }
