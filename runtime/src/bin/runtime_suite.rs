@@ -430,7 +430,8 @@ fn share_process_namespace(s: &mut Suite) -> R {
     )?;
     let pause = sb.pause_pid.ok_or("no pause pid")?;
     // The pause is unprivileged (so a root container without CAP_SYS_PTRACE cannot reach its
-    // mount namespace through /proc/1/root) and its /proc is guarded as a container's.
+    // mount namespace through /proc/1/root), and that namespace holds its read-only root and a
+    // /dev, no /proc.
     let status = fs::read_to_string(format!("/proc/{pause}/status")).map_err(e("pause status"))?;
     ensure(
         status.lines().any(|l| {
@@ -440,13 +441,16 @@ fn share_process_namespace(s: &mut Suite) -> R {
         || format!("the pause runs privileged: {status}"),
     )?;
     let mounts = fs::read_to_string(format!("/proc/{pause}/mountinfo")).map_err(e("pause mounts"))?;
-    ensure(
-        mounts.lines().any(|l| {
+    let points: Vec<(&str, bool)> = mounts
+        .lines()
+        .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(4) == Some(&"/proc/sys") && f.get(5).is_some_and(|o| o.split(',').any(|o| o == "ro"))
-        }),
-        || format!("the pause's /proc/sys is not read-only: {mounts}"),
-    )?;
+            Some((*f.get(4)?, f.get(5)?.split(',').any(|o| o == "ro")))
+        })
+        .collect();
+    ensure(points == [("/", true), ("/dev", false)], || {
+        format!("the pause's mounts are not a read-only root and /dev: {mounts}")
+    })?;
     ensure(ns(pid_of(&c)?, "pid")? == ns(pause, "pid")?, || {
         "container is not in the sandbox's pid ns".into()
     })?;
