@@ -89,6 +89,9 @@ pub struct Client {
     buf: Vec<u8>,
     /// Descriptors that came with the last reply.
     fds: Vec<OwnedFd>,
+    /// Whether every request sent so far had its whole reply read (false from a request's send
+    /// until its reply line parsed): only then may the connection carry another request.
+    in_step: bool,
 }
 
 impl Client {
@@ -106,7 +109,27 @@ impl Client {
             sock,
             buf: Vec::new(),
             fds: Vec::new(),
+            in_step: true,
         }
+    }
+
+    /// Whether the connection may be used for another request: every reply was read whole
+    /// and nothing else came, and the runtime has not closed its end (a closed or restarted
+    /// runtime makes the socket readable, at end of file).
+    pub fn reusable(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        if !self.in_step || !self.buf.is_empty() {
+            return false;
+        }
+        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+    }
+
+    /// Another descriptor of this connection's socket (to keep the connection for a later
+    /// client, [`Client::from_stream`], once this one is done).
+    pub fn try_clone_stream(&self) -> io::Result<UnixStream> {
+        self.sock.try_clone()
     }
 
     /// Waits up to `timeout` for the socket to appear (the runtime starting).
@@ -126,12 +149,15 @@ impl Client {
     pub fn call_with_fds(&mut self, req: &Request, fds: &[RawFd]) -> Result<Reply, ClientError> {
         let mut line = serde_json::to_vec(req)?;
         line.push(b'\n');
+        self.in_step = false;
         send_line(&self.sock, &line, fds)?;
         self.fds.clear();
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=i).collect();
-                return match serde_json::from_slice::<Reply>(&line)? {
+                let reply = serde_json::from_slice::<Reply>(&line)?;
+                self.in_step = true;
+                return match reply {
                     Reply::Error(e) => Err(e.into()),
                     r => Ok(r),
                 };

@@ -34,9 +34,12 @@ use super::errors::{RuntimeError, errno_ctx, io_ctx};
 use super::sandbox::PendingSandbox;
 
 /// How many builds run at once: two per CPU (a build waits part of its time, on its children
-/// and on the kernel), at least two.
+/// and on the kernel), at least two. Counted once: the loop asks on every turn, and the
+/// standard library's count reads the process's cgroup files each time (a sampling profiler
+/// found it among the runtime's busiest callers of `open`).
 pub(super) fn in_flight() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from).max(1) * 2
+    static IN_FLIGHT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *IN_FLIGHT.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from).max(1) * 2)
 }
 
 /// A build running in a helper child.
