@@ -481,19 +481,12 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     let names: Vec<String> = (0..30).map(|i| format!("many-{i}")).collect();
     // Every process's /proc/<pid>/stat on the node, for the kernel profile's run.
     let stats = |to: &std::path::Path| -> Result<()> {
-        let all = cp.kubectl(&[
-            "exec",
-            "inspector",
-            "--",
-            "sh",
-            "-c",
-            "cat /host/proc/[0-9]*/stat 2>/dev/null",
-        ])?;
+        let all = inspector_sh(&cp, "cat /host/proc/[0-9]*/stat 2>/dev/null")?;
         Ok(std::fs::write(to, all)?)
     };
     if let Some(file) = &kprofile {
         stats(&file.with_extension("stat0"))?;
-        cp.kubectl(&["exec", "inspector", "--", "sh", "-c", "echo 0 > /proc/profile"])?;
+        inspector_sh(&cp, "echo 0 > /proc/profile")?;
     }
     let cpu_before = node_cpu(&cp)?;
     let start = std::time::Instant::now();
@@ -503,23 +496,9 @@ fn bench_pods(runs: usize, json: &std::path::Path) -> Result<()> {
     let burst_cpu = node_cpu(&cp)?.since(&cpu_before, burst_s);
     if let Some(file) = &kprofile {
         stats(&file.with_extension("stat1"))?;
-        let counts = cp.kubectl(&[
-            "exec",
-            "inspector",
-            "--",
-            "sh",
-            "-c",
-            "gzip -c /proc/profile | base64",
-        ])?;
+        let counts = inspector_sh(&cp, "gzip -c /proc/profile | base64")?;
         std::fs::write(file, counts)?;
-        let syms = cp.kubectl(&[
-            "exec",
-            "inspector",
-            "--",
-            "sh",
-            "-c",
-            "gzip -c /proc/kallsyms | base64",
-        ])?;
+        let syms = inspector_sh(&cp, "gzip -c /proc/kallsyms | base64")?;
         std::fs::write(file.with_extension("syms"), syms)?;
         eprintln!(
             "bench pods: 30 at once, last Running after {:.0} ms; {burst_cpu}; kernel profile in {}",
@@ -609,8 +588,14 @@ impl NodeCpu {
     }
 }
 
-/// The node's busy ticks (all CPUs; also the kernel's part of them) and the agent's and the runtime's (the runtime's with the
-/// children it reaped).
+/// Runs `script` in the bench's privileged `inspector` pod (the node's `/proc` is at
+/// `/host/proc`); its output.
+fn inspector_sh(cp: &qemu_tests::cluster::ControlPlane, script: &str) -> Result<String> {
+    cp.kubectl(&["exec", "inspector", "--", "sh", "-c", script])
+}
+
+/// The node's busy ticks (all CPUs; also the kernel's part of them) and the agent's and the
+/// runtime's (the runtime's with the children it reaped).
 fn node_cpu(cp: &qemu_tests::cluster::ControlPlane) -> Result<NodeCpu> {
     const SCRIPT: &str = r#"
 read -r _ u n s i w q sq st _ < /host/proc/stat
@@ -623,7 +608,7 @@ for p in /host/proc/[0-9]*; do
   set -- $(cat $p/stat)
   echo $k $((${14} + ${15} + ${16} + ${17}))
 done"#;
-    let out = cp.kubectl(&["exec", "inspector", "--", "sh", "-c", SCRIPT])?;
+    let out = inspector_sh(cp, SCRIPT)?;
     let mut cpu = NodeCpu {
         busy: 0,
         kernel: 0,
@@ -670,7 +655,7 @@ for p in /host/proc/[0-9]*; do
   # A process that ended meanwhile has nothing to read.
   [ -n "$r" ] && [ -n "$s" ] && echo "$k $r $s"
 done; true"#;
-    let out = cp.kubectl(&["exec", "inspector", "--", "sh", "-c", SCRIPT])?;
+    let out = inspector_sh(cp, SCRIPT)?;
     let mut kinds = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
     for line in out.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
